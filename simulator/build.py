@@ -1,0 +1,117 @@
+"""Assemble simulator components from a (Hydra) config.
+
+The config has the groups of ``conf/``: ``cluster`` (a ``RampTopology``), ``workload`` (graph
+set and units), ``arrivals``, ``beta``, ``policy``, plus the ``sim`` knobs of the step model.
+Every builder unwraps Hydra's instantiation errors so the user sees our message, not a wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from simulator.comm import RampCommModel
+from simulator.errors import ConfigError
+from simulator.feasibility import Feasibility
+from simulator.partition import Partitioner
+from simulator.placement import OpPlacer
+from simulator.simulation import Simulation
+from simulator.step_model import StepModel
+from simulator.topology import RampTopology
+from workloads.errors import WorkloadError
+from workloads.jobs import Workload
+from workloads.loaders import load_graph_set
+
+
+@dataclass(frozen=True)
+class SimKnobs:
+    """Step-model and placement knobs (the ``sim`` config section).
+
+    Attributes:
+        min_op_time_s: SiP-ML quantum: ops are not split into sub-ops shorter than this.
+        edge_sizing: ``paper`` or ``activation`` (see ``simulator.partition.EdgeSizing``).
+        placement: ``op_first_fit`` (paper) or ``block`` (see ``simulator.placement``).
+        comm_quirks: Keep the original's collective-model quirks (§15.2, §15.3).
+    """
+
+    min_op_time_s: float = 0.01
+    edge_sizing: str = "paper"
+    placement: str = "op_first_fit"
+    comm_quirks: bool = True
+
+
+def _instantiate(node: Any, field: str) -> Any:
+    """``hydra.utils.instantiate`` that re-raises our own errors unwrapped."""
+    try:
+        return instantiate(node)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        while cause is not None and not isinstance(cause, WorkloadError | ConfigError | ValueError):
+            cause = cause.__cause__
+        if isinstance(cause, WorkloadError | ConfigError):
+            raise cause from None
+        if cause is not None:
+            raise ConfigError(str(cause), field=field) from None
+        raise ConfigError(str(exc).splitlines()[0], field=field) from None
+
+
+def build_topology(cfg: DictConfig | Mapping[str, Any]) -> RampTopology:
+    """The cluster from ``cfg.cluster``."""
+    return _instantiate(cfg["cluster"], "cluster")
+
+
+def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any]) -> Feasibility:
+    """Partitioner, placer, comm model and lookahead behind one feasibility function."""
+    if not isinstance(knobs, SimKnobs):
+        data = OmegaConf.to_container(knobs, resolve=True) if isinstance(knobs, DictConfig) else dict(knobs)
+        unknown = set(data) - set(SimKnobs.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown keys {sorted(unknown)}", field="sim")
+        knobs = SimKnobs(**data)  # type: ignore[arg-type]
+    try:
+        partitioner = Partitioner(knobs.min_op_time_s, knobs.edge_sizing)  # type: ignore[arg-type]
+        placer = OpPlacer(topology, partitioner, knobs.placement)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="sim") from None
+    comm = RampCommModel(topology, double_bandwidth_division=knobs.comm_quirks,
+                         rack_index_only=knobs.comm_quirks)
+    return Feasibility(topology, placer, StepModel(partitioner, comm))
+
+
+def build_workload(cfg: DictConfig | Mapping[str, Any]) -> Workload:
+    """The job stream from ``cfg.workload``, ``cfg.arrivals`` and ``cfg.beta``."""
+    wl = cfg["workload"]
+    graphs = wl["graphs"]
+    if not isinstance(graphs, str):
+        graphs = list(graphs)
+    unit = float(wl.get("profile_time_unit_s", 1e-3))
+    if not unit > 0:
+        raise ConfigError(f"must be > 0, got {unit}", field="workload.profile_time_unit_s")
+    graph_set = load_graph_set(graphs, time_unit_s=unit)
+    weights = wl.get("weights")
+    return Workload(graph_set, _instantiate(cfg["arrivals"], "arrivals"), _instantiate(cfg["beta"], "beta"),
+                    num_training_steps=wl.get("num_training_steps", 50),
+                    weights=None if weights is None else list(weights))
+
+
+def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = None,
+                     feasibility: Feasibility | None = None, workload: Workload | None = None) -> Simulation:
+    """A ready-to-run :class:`Simulation` (components may be passed in to share caches)."""
+    if feasibility is None:
+        feasibility = build_feasibility(build_topology(cfg), cfg.get("sim", {}))
+    if workload is None:
+        workload = build_workload(cfg)
+    horizon = cfg.get("horizon_s")
+    return Simulation(workload, feasibility, seed=int(cfg["seed"] if seed is None else seed),
+                      horizon_s=None if horizon is None else float(horizon),
+                      horizon_accounting=cfg.get("horizon_accounting", "drain"))
+
+
+def build_policy(cfg: DictConfig | Mapping[str, Any]) -> Any:
+    """The policy plug-in from ``cfg.policy`` (``hydra.utils.instantiate``)."""
+    return _instantiate(cfg["policy"], "policy")

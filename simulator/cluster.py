@@ -1,0 +1,100 @@
+"""Cluster occupancy (owned by the simulation) and the read-only snapshot policies see."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.feasibility import FeasibilityTable
+from simulator.placement import Placement
+from simulator.topology import RampTopology
+
+
+class Cluster:
+    """Which job holds each server. One job per server (RAMP rule 1), enforced.
+
+    Args:
+        topology: The cluster.
+    """
+
+    def __init__(self, topology: RampTopology) -> None:
+        self.topology = topology
+        self.owner: list[int] = [-1] * topology.num_servers
+        """Job id holding each server, or -1."""
+        self.occupied_mask = 0
+        """Bitmask of held servers."""
+        self.held: dict[int, Placement] = {}
+        """Placement of every running job, by job id."""
+
+    @property
+    def num_busy_servers(self) -> int:
+        """Servers held by running jobs."""
+        return self.occupied_mask.bit_count()
+
+    @property
+    def num_running_jobs(self) -> int:
+        """Jobs currently running."""
+        return len(self.held)
+
+    def allocate(self, job_id: int, placement: Placement) -> None:
+        """Give ``placement``'s servers to ``job_id``.
+
+        Raises:
+            RuntimeError: If a server is already held (a simulator bug: placements are computed
+                against the current occupancy).
+        """
+        if placement.mask & self.occupied_mask:
+            clash = [s for s in placement.servers if self.owner[s] != -1]
+            raise RuntimeError(f"job {job_id}: servers {clash} already held by jobs "
+                               f"{sorted({self.owner[s] for s in clash})}")
+        if job_id in self.held:
+            raise RuntimeError(f"job {job_id} is already running")
+        for s in placement.servers:
+            self.owner[s] = job_id
+        self.occupied_mask |= placement.mask
+        self.held[job_id] = placement
+
+    def release(self, job_id: int) -> Placement:
+        """Free the servers of ``job_id`` and return its placement."""
+        placement = self.held.pop(job_id)
+        for s in placement.servers:
+            self.owner[s] = -1
+        self.occupied_mask &= ~placement.mask
+        return placement
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What a policy sees when a job arrives: a read-only snapshot plus the job's feasibility.
+
+    Attributes:
+        time_s: Simulated time of the decision.
+        topology: The cluster.
+        occupied_mask: Bitmask of servers held by running jobs.
+        num_running_jobs: Jobs currently running.
+        feasibility: The shared feasibility function evaluated for the arriving job.
+    """
+
+    time_s: float
+    topology: RampTopology
+    occupied_mask: int
+    num_running_jobs: int
+    feasibility: FeasibilityTable
+
+    @property
+    def num_servers(self) -> int:
+        """Servers in the cluster."""
+        return self.topology.num_servers
+
+    @property
+    def num_free_servers(self) -> int:
+        """Servers not held by any job."""
+        return self.topology.num_servers - self.occupied_mask.bit_count()
+
+    @property
+    def occupancy(self) -> float:
+        """Fraction of servers held."""
+        return self.occupied_mask.bit_count() / self.topology.num_servers
+
+    def is_free(self, server: int) -> bool:
+        """Whether ``server`` is free."""
+        return not (self.occupied_mask >> server) & 1

@@ -1,0 +1,144 @@
+"""Communication-time model for RAMP: point-to-point transfers and all-reduce collectives.
+
+Spec §6. A point-to-point transfer between two servers takes
+``propagation latency + 2 x I/O latency + size / channel bandwidth`` (zero on one server or for
+zero bytes). RAMP links are single-hop and, under the RAMP rules, uncontended, so transfers of
+one job do not queue behind each other (as in the original).
+
+A *collective* (a symmetric group of dependencies, spec §6.1) uses the RAMP-x all-reduce cost
+model of the original (spec §6.3): a reduce-scatter then an all-gather over up to four
+hierarchical sub-groups of the servers touched (communication groups, server-in-rack indices,
+racks, and a last level), each step costing latency plus message / effective bandwidth, plus the
+reduction compute. Two quirks of the original are switches:
+
+* ``double_bandwidth_division`` (quirk §15.2): the original divides the transceiver bandwidth by
+  the number of communication groups a second time (1e11 instead of 4e11 B/s on the paper RAMP).
+* ``rack_index_only`` (quirk §15.3): racks are counted by rack index, not by (group, rack) pair.
+
+The ``paper`` preset keeps both (the numbers then match the original's); the physical preset
+turns both off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.topology import RampTopology
+
+#: Memory frequency used for the reduction's compute cost, in bytes/s (from the original).
+MEM_FREQ_BPS = 2e12
+#: Peak reduction throughput of one A100, in FLOP/s (from the original).
+PEAK_FLOPS = 130e12
+#: Bytes per reduced element (fp16).
+BYTES_PER_ELEMENT = 2
+
+
+class RampCommModel:
+    """Transfer and collective times on a :class:`RampTopology` (vectorised over groups).
+
+    Args:
+        topology: The cluster.
+        double_bandwidth_division: Reproduce quirk §15.2 (see module docstring).
+        rack_index_only: Reproduce quirk §15.3.
+    """
+
+    def __init__(self, topology: RampTopology, *, double_bandwidth_division: bool = True,
+                 rack_index_only: bool = True) -> None:
+        self.topology = topology
+        self.double_bandwidth_division = double_bandwidth_division
+        self.rack_index_only = rack_index_only
+        coords = np.array(topology.coords, dtype=np.int64).reshape(-1, 3)
+        self._cg = coords[:, 0]
+        R = topology.num_racks_per_group
+        self._rack = coords[:, 1] if rack_index_only else coords[:, 0] * R + coords[:, 1]
+        self._node = coords[:, 2]
+        self.fixed_latency_s = topology.propagation_latency_s + 2 * topology.io_latency_s
+
+    def point_to_point_s(self, size_bytes: NDArray[np.float64], same_server: NDArray[np.bool_]) -> NDArray[np.float64]:
+        """Time of each point-to-point transfer (0 on one server or for 0 bytes)."""
+        t = self.fixed_latency_s + size_bytes / self.topology.channel_bandwidth_Bps
+        return np.where(same_server | (size_bytes <= 0), 0.0, t)
+
+    def collective_s(self, group_bytes: NDArray[np.float64], num_cgs: NDArray[np.int64],
+                     num_racks: NDArray[np.int64], num_nodes: NDArray[np.int64]) -> NDArray[np.float64]:
+        """All-reduce time of each collective (spec §6.3), given what each group touches.
+
+        Args:
+            group_bytes: Total bytes ``M`` of each collective.
+            num_cgs: Distinct communication groups touched.
+            num_racks: Distinct racks touched (see ``rack_index_only``).
+            num_nodes: Distinct server-in-rack indices touched.
+        """
+        x = self.topology.num_comm_groups
+        data_rate = self.topology.channel_bandwidth_Bps
+        per_tx = data_rate / x if self.double_bandwidth_division else data_rate
+        subgroups = [num_cgs, np.minimum(num_cgs, num_nodes), num_racks, np.ceil(num_nodes / x).astype(np.int64)]
+        comm = np.zeros(len(group_bytes))
+        comp = np.zeros(len(group_bytes))
+        msg = np.ceil(group_bytes / np.maximum(subgroups[0], 1))
+        for level, d in enumerate(subgroups):
+            d = np.maximum(d, 1)
+            if level > 0:
+                msg = np.ceil(msg / d)
+            active = d > 1
+            # Effective transceivers: the original's min(x // cont_racks, x // (d - 1)) with
+            # cont_racks == 1; clamped to >= 1 so groups wider than x + 1 do not divide by zero.
+            eff_trx = np.maximum(1, np.minimum(x, x // np.maximum(d - 1, 1)))
+            comm += np.where(active, self.fixed_latency_s + msg / (eff_trx * per_tx), 0.0)
+            comp += np.where(active, self._reduce_time_s(msg * d, d), 0.0)
+        return 2 * comm + comp
+
+    @staticmethod
+    def _reduce_time_s(data_bytes: NDArray[np.float64], devices: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Compute cost of reducing ``data_bytes`` over ``devices`` (the original's ``add_time``)."""
+        d = np.maximum(devices, 2)
+        n_op = np.ceil(np.log2(d))
+        rate = np.minimum(MEM_FREQ_BPS * n_op / ((d + 1) * BYTES_PER_ELEMENT), PEAK_FLOPS)
+        return n_op * (data_bytes / d) / BYTES_PER_ELEMENT / rate
+
+    def dependency_times_s(self, dep_src_server: NDArray[np.int64], dep_dst_server: NDArray[np.int64],
+                           dep_bytes: NDArray[np.float64], dep_group: NDArray[np.int64],
+                           group_is_sync: NDArray[np.bool_]) -> NDArray[np.float64]:
+        """Duration of every dependency of a placed partitioned graph.
+
+        A group is a collective when it is a weight-sync pair or when the multiset of its source
+        servers equals that of its destination servers (a symmetric placement, spec §6.1); every
+        dependency of a collective takes the collective's time (0 if all of it is on one
+        server). Other dependencies are point-to-point.
+        """
+        same = dep_src_server == dep_dst_server
+        dur = self.point_to_point_s(dep_bytes, same)
+        num_groups = len(group_is_sync)
+        if num_groups == 0:
+            return dur
+        grouped = np.flatnonzero(dep_group >= 0)
+        g = dep_group[grouped]
+        src, dst = dep_src_server[grouped], dep_dst_server[grouped]
+        ns = self.topology.num_servers
+        # Symmetric iff the sorted (group, server) keys of sources and destinations agree.
+        ks = np.sort(g * ns + src)
+        kd = np.sort(g * ns + dst)
+        collective = np.ones(num_groups, dtype=bool)
+        collective[np.unique(ks[ks != kd] // ns)] = False
+        collective |= group_is_sync
+        is_coll_dep = collective[g]
+        if not is_coll_dep.any():
+            return dur
+        g, src, dst = g[is_coll_dep], src[is_coll_dep], dst[is_coll_dep]
+        idx = grouped[is_coll_dep]
+        group_bytes = np.bincount(g, weights=dep_bytes[idx], minlength=num_groups)
+
+        def distinct(values: NDArray[np.int64], width: int) -> NDArray[np.int64]:
+            keys = np.unique(np.concatenate([g * width + values[src], g * width + values[dst]]))
+            return np.bincount(keys // width, minlength=num_groups)
+
+        cgs = distinct(self._cg, self.topology.num_comm_groups)
+        racks = distinct(self._rack, int(self._rack.max()) + 1)
+        nodes = distinct(self._node, self.topology.num_servers_per_rack)
+        servers = distinct(np.arange(ns), ns)
+        t = self.collective_s(group_bytes, cgs, racks, nodes)
+        # No data or a single server: nothing crosses the network.
+        t = np.where((servers <= 1) | (group_bytes <= 0), 0.0, t)
+        dur[idx] = t[g]
+        return dur

@@ -1,0 +1,174 @@
+"""The one feasibility function, shared by every policy and by the RL action mask.
+
+For a job and the servers other jobs hold, :class:`FeasibilityTable` answers per degree:
+
+* ``enough_servers(d)``: ``d`` is in the action set and at most the number of free servers (the
+  original's action mask, spec §8.3, which ignores fragmentation);
+* ``placement(d)``: the first-fit placement now, or ``None`` (it cannot be placed);
+* ``jct_s(d)``: the simulated JCT of that placement (the lookahead);
+* ``meets_target(d)``: ``jct_s(d) <= beta x sequential JCT``;
+* ``feasible(d)``: placeable now and meets the target (the job would be accepted).
+
+Everything is computed lazily and cached, so a policy pays only for what it asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.placement import OpPlacer, Placement
+from simulator.step_model import StepModel, StepResult
+from simulator.topology import Block, RampTopology
+from workloads.jobs import JobSpec
+
+#: Relative slack on the JCT test, so that a job whose JCT equals its target up to float
+#: rounding is accepted (fixes quirk §15.10: ResNet-18 at a=1 with beta=1 was blocked).
+JCT_TOLERANCE = 1e-9
+
+MaskKind = Literal["paper", "placeable", "feasible"]
+
+
+def meets_target(jct_s: float, max_jct_s: float) -> bool:
+    """The acceptance test: ``jct <= beta x sequential JCT`` (up to float rounding)."""
+    return jct_s <= max_jct_s * (1 + JCT_TOLERANCE)
+
+
+class Feasibility:
+    """Builds :class:`FeasibilityTable` s from a placer and a step model.
+
+    Args:
+        topology: The cluster.
+        placer: The op placer.
+        step_model: The lookahead.
+    """
+
+    def __init__(self, topology: RampTopology, placer: OpPlacer, step_model: StepModel) -> None:
+        self.topology = topology
+        self.placer = placer
+        self.step_model = step_model
+
+    @property
+    def degrees(self) -> tuple[int, ...]:
+        """The non-zero degrees of the action set."""
+        return self.topology.degrees
+
+    def table(self, job: JobSpec, occupied_mask: int) -> FeasibilityTable:
+        """Feasibility of ``job`` given the servers other jobs hold."""
+        return FeasibilityTable(self, job, occupied_mask)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One evaluated degree (for logs and tests).
+
+    Attributes:
+        degree: Partition degree.
+        enough_servers: The original's mask bit.
+        placeable: A first-fit placement exists now.
+        jct_s: Simulated JCT of that placement (``nan`` if not placeable).
+        meets_target: ``jct_s <= beta x sequential JCT``.
+    """
+
+    degree: int
+    enough_servers: bool
+    placeable: bool
+    jct_s: float
+    meets_target: bool
+
+    @property
+    def feasible(self) -> bool:
+        """Placeable and within target."""
+        return self.placeable and self.meets_target
+
+
+class FeasibilityTable:
+    """Per-degree feasibility of one job on one cluster occupancy (lazy, cached)."""
+
+    def __init__(self, engine: Feasibility, job: JobSpec, occupied_mask: int) -> None:
+        self.engine = engine
+        self.job = job
+        self.occupied_mask = occupied_mask
+        self.num_free_servers = engine.topology.num_servers - occupied_mask.bit_count()
+        self._placements: dict[tuple[int, int | None], Placement | None] = {}
+        self._steps: dict[tuple[int, int | None], StepResult | None] = {}
+
+    @property
+    def degrees(self) -> tuple[int, ...]:
+        """The non-zero degrees of the action set."""
+        return self.engine.degrees
+
+    def _check(self, degree: int) -> None:
+        if degree not in self.engine.degrees:
+            raise ValueError(f"degree {degree} is not in the action set {self.engine.degrees}")
+
+    def enough_servers(self, degree: int) -> bool:
+        """The original's mask: ``degree`` is offered and ``<=`` the free servers (spec §8.3)."""
+        return degree in self.engine.degrees and degree <= self.num_free_servers
+
+    def placement(self, degree: int, block: Block | None = None) -> Placement | None:
+        """First-fit placement at ``degree`` (inside ``block`` if given), or ``None``."""
+        self._check(degree)
+        key = (degree, None if block is None else block.mask)
+        if key not in self._placements:
+            self._placements[key] = self.engine.placer.place(self.job.graph, degree, self.occupied_mask, block)
+        return self._placements[key]
+
+    def step(self, degree: int, block: Block | None = None) -> StepResult | None:
+        """Lookahead of the placement at ``degree`` (``None`` if it cannot be placed)."""
+        key = (degree, None if block is None else block.mask)
+        if key not in self._steps:
+            placement = self.placement(degree, block)
+            self._steps[key] = None if placement is None else self.engine.step_model.step(
+                self.job.graph, degree, placement)
+        return self._steps[key]
+
+    def jct_s(self, degree: int, block: Block | None = None) -> float | None:
+        """Simulated JCT at ``degree`` (``None`` if it cannot be placed)."""
+        step = self.step(degree, block)
+        return None if step is None else step.step_time_s * self.job.num_training_steps
+
+    def meets_target(self, degree: int, block: Block | None = None) -> bool:
+        """Placeable and ``JCT <= beta x sequential JCT``."""
+        jct = self.jct_s(degree, block)
+        return jct is not None and meets_target(jct, self.job.max_jct_s)
+
+    def feasible(self, degree: int, block: Block | None = None) -> bool:
+        """The job would be accepted at ``degree`` (placed now and meeting its target)."""
+        return self.meets_target(degree, block)
+
+    def free_blocks(self, degree: int) -> tuple[Block, ...]:
+        """Candidate blocks of ``degree`` servers free of other jobs (for learned placement)."""
+        self._check(degree)
+        return self.engine.placer.free_blocks(degree, self.occupied_mask)
+
+    def mask(self, kind: MaskKind = "feasible", max_degree: int | None = None) -> NDArray[np.bool_]:
+        """Boolean mask over actions ``0..max_degree`` (index = degree; 0 = reject, always valid).
+
+        ``paper``: :meth:`enough_servers`; ``placeable``: a placement exists;
+        ``feasible``: placeable and meets the target.
+        """
+        top = max(self.engine.degrees) if max_degree is None else max_degree
+        out = np.zeros(top + 1, dtype=bool)
+        out[0] = True
+        test = {"paper": self.enough_servers,
+                "placeable": lambda d: self.placement(d) is not None,
+                "feasible": self.feasible}[kind]
+        for d in self.engine.degrees:
+            if d <= top and test(d):
+                out[d] = True
+        return out
+
+    @cached_property
+    def options(self) -> tuple[Option, ...]:
+        """Every degree fully evaluated (runs every lookahead; for logs and tests)."""
+        out = []
+        for d in self.engine.degrees:
+            jct = self.jct_s(d)
+            out.append(Option(d, self.enough_servers(d), jct is not None,
+                              float("nan") if jct is None else jct, self.meets_target(d)))
+        return tuple(out)

@@ -1,0 +1,250 @@
+"""Partitioning a training graph: per-op split counts and the partitioned (sub-op) graph.
+
+Spec §4. A partition degree ``a`` splits every forward op into ``n = min(a, even_ceil(c/q))``
+sub-ops (``c`` its compute time, ``q`` the minimum sub-op time, the SiP-ML rule "never make
+sub-ops shorter than the quantum"), and its backward mirror into the same ``n``. Consecutive split
+ops are joined all-to-all; the sub-ops of a split backward op exchange weight-synchronisation
+messages pairwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from workloads.graph import TrainingGraph
+
+EdgeSizing = Literal["paper", "activation"]
+"""How dependency sizes are set.
+
+``paper``: as the original (spec §4.2): every edge first carries its source's memory
+(activation + parameters); edges touching split ops are divided by the split counts, and an edge
+between two split ops takes the memory of whichever op was split *first*, so some edges carry the
+child's memory (quirk §15.7). ``activation``: physical sizes: an edge carries the activation its
+source produces (forward) or the gradient of it (backward), sharded over the ``n_src x n_dst``
+sub-op pairs; weight-sync messages carry the sub-op's parameter shard.
+"""
+
+
+def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float) -> NDArray[np.int64]:
+    """Per forward op, its number of sub-ops at partition degree ``degree`` (spec §4.1).
+
+    ``n = max(1, min(2 * ceil(ceil(c / quantum) / 2), degree))``; a zero-time op is never split.
+    Computed with the same float operations as the original so split counts match exactly.
+    """
+    if degree < 1:
+        raise ValueError(f"degree must be >= 1, got {degree}")
+    out = np.empty(graph.num_forward_ops, dtype=np.int64)
+    for i, c in enumerate(graph.forward.forward_time_s.tolist()):
+        even = math.ceil(math.ceil(c / min_op_time_s) / 2) * 2
+        out[i] = int(max(1, min(even, degree)))
+    return out
+
+
+def _pairs(n: int) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Ordered pairs (l, m), l != m, of n sub-ops and the id of their unordered pair."""
+    ls, ms = np.nonzero(~np.eye(n, dtype=bool))
+    lo, hi = np.minimum(ls, ms), np.maximum(ls, ms)
+    pair_id = lo * n + hi
+    _, pair_id = np.unique(pair_id, return_inverse=True)
+    return ls.astype(np.int64), ms.astype(np.int64), pair_id.astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionedGraph:
+    """A training graph split at one degree: sub-ops and dependencies as flat arrays.
+
+    Sub-ops of training op ``j`` are ``offset[j] .. offset[j+1]-1``. Each dependency belongs to
+    at most one communication *group* (spec §6.1): the out-edges of a split forward op, the
+    in-edges of a split backward op, or one pair of weight-sync messages. A group runs as a
+    collective when its placement is symmetric (always, for sync pairs); otherwise its
+    dependencies are point-to-point transfers. ``group = -1`` marks a point-to-point dependency.
+
+    Attributes:
+        graph: The training graph.
+        degree: The partition degree.
+        splits: Split count of each forward op.
+        edge_sizing: How dependency sizes were set (see :data:`EdgeSizing`).
+    """
+
+    graph: TrainingGraph
+    degree: int
+    splits: NDArray[np.int64]
+    edge_sizing: EdgeSizing = "paper"
+    offset: NDArray[np.int64] = field(init=False, repr=False)
+    sub_origin: NDArray[np.int64] = field(init=False, repr=False)
+    sub_time_s: NDArray[np.float64] = field(init=False, repr=False)
+    sub_memory_bytes: NDArray[np.float64] = field(init=False, repr=False)
+    dep_src: NDArray[np.int64] = field(init=False, repr=False)
+    dep_dst: NDArray[np.int64] = field(init=False, repr=False)
+    dep_bytes: NDArray[np.float64] = field(init=False, repr=False)
+    dep_is_sync: NDArray[np.bool_] = field(init=False, repr=False)
+    dep_group: NDArray[np.int64] = field(init=False, repr=False)
+    group_is_sync: NDArray[np.bool_] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        g = self.graph
+        n = g.num_forward_ops
+        s = np.concatenate([self.splits, self.splits]).astype(np.int64)
+        offset = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
+        sub_origin = np.repeat(np.arange(2 * n), s)
+        set_ = object.__setattr__
+        set_(self, "offset", offset)
+        set_(self, "sub_origin", sub_origin)
+        set_(self, "sub_time_s", g.compute_time_s[sub_origin] / s[sub_origin])
+        set_(self, "sub_memory_bytes", g.memory_bytes[sub_origin] / s[sub_origin])
+
+        # --- all-to-all edges between the sub-ops of each training edge (u -> v)
+        u, v = g.edges[:, 0], g.edges[:, 1]
+        su, sv = s[u], s[v]
+        cnt = su * sv
+        e_rep = np.repeat(np.arange(len(u)), cnt)
+        k = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        src = offset[u[e_rep]] + k // sv[e_rep]
+        dst = offset[v[e_rep]] + k % sv[e_rep]
+        size = self._edge_sizes(u, v, su, sv)[e_rep]
+        # Group of each edge: forward/join edges by their (forward) source, backward edges by
+        # their destination, only when that op is split.
+        is_bwd_edge = u >= n
+        key = np.where(is_bwd_edge, v, u)
+        group = np.where(s[key] > 1, key, -1)[e_rep]
+
+        # --- weight-sync pairs among the sub-ops of each split backward op
+        sync_src, sync_dst, sync_size, sync_group = [], [], [], []
+        next_group = 2 * n
+        pair_cache: dict[int, tuple[NDArray, NDArray, NDArray]] = {}
+        for j in range(n, 2 * n):
+            sj = int(s[j])
+            if sj <= 1:
+                continue
+            if sj not in pair_cache:
+                pair_cache[sj] = _pairs(sj)
+            ls, ms, pid = pair_cache[sj]
+            sync_src.append(offset[j] + ls)
+            sync_dst.append(offset[j] + ms)
+            if self.edge_sizing == "paper":
+                per = g.memory_bytes[j] / sj
+            else:
+                per = g.forward.parameter_bytes[j - n] / sj
+            sync_size.append(np.full(len(ls), per))
+            sync_group.append(next_group + pid)
+            next_group += int(pid.max()) + 1
+        if sync_src:
+            src = np.concatenate([src, *sync_src])
+            dst = np.concatenate([dst, *sync_dst])
+            size = np.concatenate([size, *sync_size])
+            group = np.concatenate([group, *sync_group])
+        num_sync = sum(len(a) for a in sync_src)
+        is_sync = np.zeros(len(src), dtype=bool)
+        if num_sync:
+            is_sync[-num_sync:] = True
+        # Compact group ids to 0..G-1 (keeping -1).
+        grouped = group >= 0
+        uniq, inv = np.unique(group[grouped], return_inverse=True)
+        compact = np.full(len(group), -1, dtype=np.int64)
+        compact[grouped] = inv
+        set_(self, "dep_src", src.astype(np.int64))
+        set_(self, "dep_dst", dst.astype(np.int64))
+        set_(self, "dep_bytes", size.astype(np.float64))
+        set_(self, "dep_is_sync", is_sync)
+        set_(self, "dep_group", compact)
+        set_(self, "group_is_sync", uniq >= 2 * n)
+        for name in ("offset", "sub_origin", "sub_time_s", "sub_memory_bytes", "dep_src", "dep_dst",
+                     "dep_bytes", "dep_is_sync", "dep_group", "group_is_sync"):
+            getattr(self, name).setflags(write=False)
+
+    def _edge_sizes(self, u: NDArray, v: NDArray, su: NDArray, sv: NDArray) -> NDArray[np.float64]:
+        """Size of each sub-op edge of training edge ``u -> v`` (see :data:`EdgeSizing`)."""
+        g = self.graph
+        n = g.num_forward_ops
+        if self.edge_sizing == "activation":
+            act = g.forward.activation_bytes
+            # Forward edge: u's output; backward edge (n+v' -> n+u'): gradient of u''s output.
+            carried = np.where(u >= n, act[v % n], act[u % n])
+            return carried / (su * sv)
+        mem = g.memory_bytes
+        # Split order: forward op i at 2i, its backward mirror at 2i+1 (spec §4.2).
+        order = np.where(np.arange(2 * n) < n, 2 * np.arange(2 * n), 2 * (np.arange(2 * n) - n) + 1)
+        both = (su > 1) & (sv > 1)
+        parent_first = order[u] < order[v]
+        size = np.where(
+            both, np.where(parent_first, mem[u], mem[v]) / (su * sv),
+            np.where(sv > 1, mem[u] / sv, np.where(su > 1, mem[v] / su, mem[u])))
+        return size.astype(np.float64)
+
+    @property
+    def num_sub_ops(self) -> int:
+        """Number of sub-ops."""
+        return int(self.sub_origin.shape[0])
+
+    @property
+    def num_deps(self) -> int:
+        """Number of dependencies (including weight-sync messages)."""
+        return int(self.dep_src.shape[0])
+
+    @property
+    def num_groups(self) -> int:
+        """Number of communication groups."""
+        return int(self.group_is_sync.shape[0])
+
+    @cached_property
+    def total_bytes(self) -> float:
+        """Sub-op memory plus dependency sizes (the original's partitioned 'cluster' demand)."""
+        return float(self.sub_memory_bytes.sum() + self.dep_bytes.sum())
+
+    @cached_property
+    def schedule_index(self) -> tuple[list[int], list[int], list[int], NDArray[np.int64], list[int]]:
+        """Precedence structure for the step model, placement-independent (cached).
+
+        Returns ``(out_ptr, out_dst, in_degree, out_dep, sources)`` over non-sync dependencies:
+        sub-op ``i``'s successors are ``out_dst[out_ptr[i]:out_ptr[i+1]]`` and ``out_dep`` maps
+        those positions back to dependency indices.
+        """
+        real = np.flatnonzero(~self.dep_is_sync)
+        order = real[np.argsort(self.dep_src[real], kind="stable")]
+        counts = np.bincount(self.dep_src[order], minlength=self.num_sub_ops)
+        out_ptr = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        indeg = np.bincount(self.dep_dst[real], minlength=self.num_sub_ops)
+        sources = np.flatnonzero(indeg == 0).tolist()
+        return out_ptr, self.dep_dst[order].tolist(), indeg.tolist(), order, sources
+
+
+class Partitioner:
+    """Builds (and caches) partitioned graphs per ``(graph, degree)``.
+
+    Args:
+        min_op_time_s: The SiP-ML quantum: ops are not split below this sub-op time
+            (paper preset 0.01 in its time unit; physically 10 us for PipeDream profiles).
+        edge_sizing: Dependency sizing rule (:data:`EdgeSizing`).
+    """
+
+    def __init__(self, min_op_time_s: float = 0.01, edge_sizing: EdgeSizing = "paper") -> None:
+        if not (math.isfinite(min_op_time_s) and min_op_time_s > 0):
+            raise ValueError(f"min_op_time_s must be > 0, got {min_op_time_s}")
+        if edge_sizing not in ("paper", "activation"):
+            raise ValueError(f"edge_sizing must be 'paper' or 'activation', got {edge_sizing!r}")
+        self.min_op_time_s = float(min_op_time_s)
+        self.edge_sizing: EdgeSizing = edge_sizing
+        self._splits: dict[tuple[str, int], NDArray[np.int64]] = {}
+        self._graphs: dict[tuple[str, int], PartitionedGraph] = {}
+
+    def splits(self, graph: TrainingGraph, degree: int) -> NDArray[np.int64]:
+        """Split counts per forward op (cached)."""
+        key = (graph.fingerprint, degree)
+        if key not in self._splits:
+            out = split_counts(graph, degree, self.min_op_time_s)
+            out.setflags(write=False)
+            self._splits[key] = out
+        return self._splits[key]
+
+    def partition(self, graph: TrainingGraph, degree: int) -> PartitionedGraph:
+        """The partitioned graph at ``degree`` (cached: built once per graph and degree)."""
+        key = (graph.fingerprint, degree)
+        if key not in self._graphs:
+            self._graphs[key] = PartitionedGraph(graph, degree, self.splits(graph, degree), self.edge_sizing)
+        return self._graphs[key]

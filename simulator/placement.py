@@ -1,0 +1,189 @@
+"""Op placement on RAMP: first-fit symmetric blocks with parent chaining (spec §5.1).
+
+Forward ops are visited in topological order. A split op of ``n`` sub-ops first tries to
+*chain* onto a parent placed on exactly ``n`` servers (sub-op ``i`` on the parent's ``i``-th
+server); otherwise it takes the first block of ``n`` servers, in the RAMP first-fit scan order,
+whose servers are free of other jobs and have room. Sub-op ``i`` of an op and of its backward
+mirror share a server. One job per server; ops of the same job may share servers.
+
+Two modes decide which servers a job may use:
+
+* ``op_first_fit`` (paper): every op scans the whole cluster. An op that cannot chain (e.g. a
+  zero-time op after a split one) lands on the first free server anywhere, so in a busy cluster a
+  narrow job can hold servers outside its main block, as in the original (spec §15.1).
+* ``block``: the job first takes the first-fit block of ``degree`` servers and every op must fit
+  inside it, so a job holds exactly ``degree`` servers (a cleaner physical model).
+
+An explicit block from a policy (learned placement) restricts the job to that block in either mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.partition import Partitioner
+from simulator.topology import Block, RampTopology
+from workloads.graph import TrainingGraph, topological_order
+
+PlacementMode = Literal["op_first_fit", "block"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a partitioned job runs.
+
+    Attributes:
+        op_servers: For each forward op, the servers of its sub-ops (sub-op ``i`` on
+            ``op_servers[op][i]``; the backward mirror uses the same servers).
+        servers: Every server the job holds, ascending.
+        mask: Bitmask of ``servers``.
+    """
+
+    op_servers: tuple[tuple[int, ...], ...]
+    servers: tuple[int, ...]
+    mask: int
+
+    @property
+    def num_servers(self) -> int:
+        """Number of servers held."""
+        return len(self.servers)
+
+    def sub_op_servers(self, splits: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Server of every sub-op of the partitioned training graph (forward then backward)."""
+        fwd = np.fromiter((s for servers in self.op_servers for s in servers), dtype=np.int64,
+                          count=int(splits.sum()))
+        return np.concatenate([fwd, fwd])
+
+    @cached_property
+    def signature(self) -> tuple:
+        """A canonical form: equal for placements that time identically.
+
+        Servers are renamed by first appearance, and so are their communication groups, racks
+        and in-rack indices; step times depend only on co-location and on how many distinct
+        groups, racks and indices a collective touches, which renaming preserves.
+        """
+        return _canonical(self.op_servers)
+
+
+def _canonical(op_servers: tuple[tuple[int, ...], ...]) -> tuple:
+    local: dict[int, int] = {}
+    for servers in op_servers:
+        for s in servers:
+            if s not in local:
+                local[s] = len(local)
+    return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(local)
+
+
+class OpPlacer:
+    """First-fit op placement (cached by graph, degree and cluster occupancy).
+
+    Args:
+        topology: The cluster.
+        partitioner: Gives the per-op split counts.
+        mode: ``op_first_fit`` (paper) or ``block`` (see module docstring).
+    """
+
+    MAX_CACHE_ENTRIES = 200_000
+
+    def __init__(self, topology: RampTopology, partitioner: Partitioner,
+                 mode: PlacementMode = "op_first_fit") -> None:
+        if mode not in ("op_first_fit", "block"):
+            raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {mode!r}")
+        self.topology = topology
+        self.partitioner = partitioner
+        self.mode: PlacementMode = mode
+        self._cache: dict[tuple, Placement | None] = {}
+        self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
+
+    def _graph_structure(self, graph: TrainingGraph) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """Topological order of the forward ops and each op's parents in edge order."""
+        key = graph.fingerprint
+        if key not in self._structure:
+            fwd = graph.forward
+            parents: list[list[int]] = [[] for _ in range(fwd.num_ops)]
+            for s, d in fwd.edges.tolist():
+                parents[d].append(s)
+            self._structure[key] = (topological_order(fwd.num_ops, fwd.edges),
+                                    tuple(tuple(p) for p in parents))
+        return self._structure[key]
+
+    def first_fit_block(self, degree: int, occupied_mask: int) -> Block | None:
+        """The first block of ``degree`` servers free of other jobs, or ``None``."""
+        for block in self.topology.blocks(degree):
+            if not block.mask & occupied_mask:
+                return block
+        return None
+
+    def free_blocks(self, degree: int, occupied_mask: int) -> tuple[Block, ...]:
+        """Every block of ``degree`` servers free of other jobs, in first-fit order."""
+        return tuple(b for b in self.topology.blocks(degree) if not b.mask & occupied_mask)
+
+    def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
+              block: Block | None = None) -> Placement | None:
+        """Place ``graph`` at ``degree`` given the servers other jobs hold; ``None`` if impossible.
+
+        Args:
+            graph: The job's training graph.
+            degree: Partition degree.
+            occupied_mask: Bitmask of servers held by other jobs.
+            block: Restrict the job to these servers (``None``: the mode decides).
+        """
+        key = (graph.fingerprint, degree, occupied_mask, None if block is None else block.mask)
+        if key in self._cache:
+            return self._cache[key]
+        allowed = self.topology.all_servers_mask & ~occupied_mask
+        if block is not None:
+            allowed &= block.mask if not block.mask & occupied_mask else 0
+        elif self.mode == "block":
+            job_block = self.first_fit_block(degree, occupied_mask)
+            allowed = job_block.mask if job_block is not None else 0
+        result = self._place(graph, degree, allowed) if allowed else None
+        if len(self._cache) >= self.MAX_CACHE_ENTRIES:
+            self._cache.clear()  # bounded memory over long training runs
+        self._cache[key] = result
+        return result
+
+    def _place(self, graph: TrainingGraph, degree: int, allowed: int) -> Placement | None:
+        order, parents = self._graph_structure(graph)
+        splits = self.partitioner.splits(graph, degree).tolist()
+        fwd = graph.forward
+        # An op and its backward mirror are mounted together: each needs its memory share.
+        pair_mem = (2 * (fwd.activation_bytes + fwd.parameter_bytes)).tolist()
+        capacity = self.topology.memory_capacity_bytes
+        free_mem: dict[int, float] = {}
+        op_servers: list[tuple[int, ...] | None] = [None] * fwd.num_ops
+        for op in order:
+            n = splits[op]
+            need = pair_mem[op] / n
+            chosen: tuple[int, ...] | None = None
+            for parent in parents[op]:
+                ps = op_servers[parent]
+                if ps is not None and len(ps) == n and all(free_mem.get(s, capacity) >= need for s in ps):
+                    chosen = ps
+                    break
+            if chosen is None:
+                for blk in self.topology.blocks(n):
+                    if blk.mask & ~allowed:
+                        continue
+                    if all(free_mem.get(s, capacity) >= need for s in blk.servers):
+                        chosen = blk.servers
+                        break
+            if chosen is None:
+                return None
+            for s in chosen:
+                free_mem[s] = free_mem.get(s, capacity) - need
+            op_servers[op] = chosen
+        held = sorted({s for servers in op_servers if servers for s in servers})
+        mask = 0
+        for s in held:
+            mask |= 1 << s
+        return Placement(tuple(op_servers), tuple(held), mask)  # type: ignore[arg-type]
+
+    def clear_cache(self) -> None:
+        """Drop cached placements (they stay valid; this only frees memory)."""
+        self._cache.clear()

@@ -1,0 +1,136 @@
+"""Baseline partitioning policies (spec §13) and the ``min_feasible`` oracle baseline.
+
+``para_max`` and ``para_min`` reproduce the original exactly: they choose among the degrees the
+original's action mask allows (``mask="paper"``: degree <= free servers, ignoring
+fragmentation), so a chosen degree may still fail placement or miss the target and block the
+job. Set ``mask: feasible`` to give them the exact feasibility instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simulator.cluster import ClusterState
+from simulator.errors import InvalidDecision
+from simulator.feasibility import MaskKind
+from simulator.policy import Decision
+from workloads.jobs import JobSpec
+
+
+def _valid_degrees(state: ClusterState, mask: MaskKind) -> list[int]:
+    """Non-zero degrees allowed by ``mask``, ascending."""
+    m = state.feasibility.mask(mask)
+    return [d for d in state.feasibility.degrees if m[d]]
+
+
+def _check_mask(mask: str) -> MaskKind:
+    if mask not in ("paper", "placeable", "feasible"):
+        raise ValueError(f"mask must be 'paper', 'placeable' or 'feasible', got {mask!r}")
+    return mask  # type: ignore[return-value]
+
+
+class ParaMax:
+    """Maximum parallelism: the largest allowed degree, capped at ``max_degree`` (paper: 16).
+
+    Args:
+        max_degree: Cap on the degree.
+        mask: Which degrees count as allowed (``paper`` reproduces the original).
+    """
+
+    def __init__(self, max_degree: int = 16, mask: str = "paper") -> None:
+        self.max_degree = max_degree
+        self.mask = _check_mask(mask)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Stateless."""
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """Largest allowed degree (<= ``max_degree``), or reject if none."""
+        valid = [d for d in _valid_degrees(state, self.mask) if d <= self.max_degree]
+        return Decision(max(valid) if valid else 0)
+
+
+class ParaMin:
+    """Minimum parallelism predicted (ignoring communication) to meet the JCT target.
+
+    Target ``p = ceil(JCT_seq / (beta x JCT_seq))``; picks the smallest allowed degree ``>= p``, or
+    the largest allowed degree if none is that large (spec §13, ``AcceptableJCT``).
+    """
+
+    def __init__(self, mask: str = "paper") -> None:
+        self.mask = _check_mask(mask)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Stateless."""
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """Smallest allowed degree predicted to meet the target."""
+        valid = _valid_degrees(state, self.mask)
+        if not valid:
+            return Decision(0)
+        # Same float expression as the original, so ties at 1/beta round identically.
+        target = math.ceil(job.sequential_jct_s / job.max_jct_s)
+        return Decision(next((d for d in valid if d >= target), valid[-1]))
+
+
+class RandomPolicy:
+    """Uniformly random allowed degree (its own seeded RNG)."""
+
+    def __init__(self, mask: str = "paper", seed: int | None = None) -> None:
+        self.mask = _check_mask(mask)
+        self._seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reseed (``seed`` from the run unless the policy was built with its own)."""
+        self.rng = np.random.default_rng(self._seed if self._seed is not None else seed)
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """A uniformly random allowed non-zero degree, or reject if none."""
+        valid = _valid_degrees(state, self.mask)
+        return Decision(int(self.rng.choice(valid)) if valid else 0)
+
+
+class FixedDegree:
+    """Always the same degree (``policy.degree=k``); ``degree=1`` is the sequential baseline."""
+
+    def __init__(self, degree: int = 1) -> None:
+        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 0:
+            raise ValueError(f"policy.degree must be an integer >= 0, got {degree!r}")
+        self.degree = degree
+
+    def reset(self, seed: int | None = None) -> None:
+        """Stateless."""
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """Return the fixed degree (blocked by the simulator if it cannot be placed)."""
+        if self.degree and self.degree not in state.feasibility.degrees:
+            raise InvalidDecision(f"policy.degree={self.degree} is not offered on this cluster "
+                                  f"(degrees: {state.feasibility.degrees})")
+        return Decision(self.degree)
+
+
+class Sequential(FixedDegree):
+    """Never partition: always degree 1."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+
+class MinFeasible:
+    """The smallest degree that can be placed now and whose simulated JCT meets the target.
+
+    Uses the exact feasibility (placement + lookahead), so it never picks a degree that will be
+    blocked; it rejects only when no degree works. Using as few servers as the target allows
+    leaves the most room for later jobs: the strongest honest heuristic here.
+    """
+
+    def reset(self, seed: int | None = None) -> None:
+        """Stateless."""
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """Smallest feasible degree, or reject."""
+        table = state.feasibility
+        return Decision(next((d for d in table.degrees if table.feasible(d)), 0))

@@ -1,0 +1,328 @@
+"""The SimPy simulation: jobs arrive, a policy decides, servers are held for the JCT and released.
+
+Time advances only through SimPy events. An arrival process walks the job stream; at each
+arrival it raises a *decision point* and waits. Whoever drives the simulation (``run`` with a
+policy, or the Gymnasium environment) calls :meth:`Simulation.next_job`, decides, and calls
+:meth:`Simulation.apply`; an accepted job then holds its servers for exactly its JCT (jobs never
+share servers, so they never slow each other down).
+
+End of horizon (spec §8.2), ``horizon_accounting``:
+
+* ``drain`` (default): every job arriving at ``t <= horizon`` is decided; accepted jobs run to
+  completion after the horizon, so every job ends completed or blocked. Time-averaged metrics
+  (throughput, utilisation) are measured over ``[0, horizon]``.
+* ``paper``: the original's rule: the run stops at the horizon; jobs still running are counted
+  as *blocked* (reason ``running_at_horizon``), and a job arriving exactly at the horizon is
+  arrived but unresolved (1001 arrivals, 1000 decisions in the paper setup).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import simpy
+
+from simulator.cluster import Cluster, ClusterState
+from simulator.errors import ConfigError, InvalidDecision
+from simulator.feasibility import Feasibility, FeasibilityTable
+from simulator.placement import Placement
+from simulator.policy import Decision, Policy
+from simulator.records import NAN, BlockReason, JobRecord, summarise
+from simulator.topology import Block
+from workloads.jobs import JobSpec, Workload
+
+log = logging.getLogger(__name__)
+
+HorizonAccounting = Literal["drain", "paper"]
+
+
+class _CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (reported as events/s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+@dataclass
+class RunResult:
+    """What a finished run returns: per-job records and the summary metrics."""
+
+    records: list[JobRecord]
+    summary: dict[str, Any]
+
+
+@dataclass
+class _Pending:
+    job: JobSpec
+    answered: simpy.Event
+    table: FeasibilityTable | None = None
+
+
+@dataclass
+class _Running:
+    job: JobSpec
+    degree: int
+    placement: Placement
+    jct_s: float
+    start_s: float
+    cluster_bytes: float
+    busy_server_s: float
+    done: simpy.Event = field(repr=False)
+
+
+class Simulation:
+    """One episode of the cluster under a job stream.
+
+    Args:
+        workload: The job stream.
+        feasibility: Placer + lookahead (its caches may be shared across episodes).
+        seed: Seed of the job stream.
+        horizon_s: Last arrival time considered; ``None`` runs until the arrival process ends
+            (trace replay).
+        horizon_accounting: ``drain`` or ``paper`` (see module docstring).
+    """
+
+    def __init__(self, workload: Workload, feasibility: Feasibility, *, seed: int,
+                 horizon_s: float | None, horizon_accounting: HorizonAccounting = "drain") -> None:
+        if horizon_s is not None and not (math.isfinite(horizon_s) and horizon_s > 0):
+            raise ConfigError(f"must be a finite number > 0 or null, got {horizon_s!r}", field="horizon_s")
+        if horizon_accounting not in ("drain", "paper"):
+            raise ConfigError(f"must be 'drain' or 'paper', got {horizon_accounting!r}",
+                              field="horizon_accounting")
+        if horizon_accounting == "paper" and horizon_s is None:
+            raise ConfigError("paper accounting needs a finite horizon_s", field="horizon_accounting")
+        self.workload = workload
+        self.feasibility = feasibility
+        self.topology = feasibility.topology
+        self.seed = seed
+        self.horizon_s = horizon_s
+        self.accounting: HorizonAccounting = horizon_accounting
+        self.env = _CountingEnvironment()
+        self.cluster = Cluster(self.topology)
+        self.records: list[JobRecord] = []
+        self._jobs: Iterator[JobSpec] = workload.jobs(seed)
+        self._pending: _Pending | None = None
+        self._upcoming: JobSpec | None = None
+        self._running: dict[int, _Running] = {}
+        self._request: simpy.Event = self.env.event()
+        self._finished = self.env.event()
+        self._decided = 0
+        self._finalized = False
+        self._wall_start = time.perf_counter()
+        self.env.process(self._arrivals())
+        if horizon_accounting == "paper":
+            self.env.process(self._stop_at_horizon())
+
+    # ------------------------------------------------------------------ SimPy processes
+    def _arrivals(self) -> Any:
+        for job in self._jobs:
+            if self.horizon_s is not None and job.arrival_time_s > self.horizon_s:
+                break
+            self._upcoming = job
+            if job.arrival_time_s > self.env.now:
+                yield self.env.timeout(job.arrival_time_s - self.env.now)
+            self._upcoming = None
+            self._pending = _Pending(job, self.env.event())
+            self._request.succeed(job)
+            yield self._pending.answered
+        self._upcoming = None
+        if self.accounting == "drain":
+            while self._running:
+                yield self.env.all_of([r.done for r in self._running.values()])
+            if not self._finished.triggered:
+                self._finished.succeed()
+
+    def _stop_at_horizon(self) -> Any:
+        yield self.env.timeout(self.horizon_s)
+        if not self._finished.triggered:
+            self._finished.succeed()
+
+    def _run_job(self, run: _Running) -> Any:
+        yield self.env.timeout(run.jct_s)
+        if self._finished.triggered:  # paper accounting stopped the clock first
+            return
+        self.cluster.release(run.job.job_id)
+        del self._running[run.job.job_id]
+        self.records.append(self._record(run.job, run.degree, run.placement, "completed", "", run.jct_s,
+                                         run.start_s, self.env.now, run.cluster_bytes, run.busy_server_s))
+        run.done.succeed()
+
+    # ------------------------------------------------------------------ driving API
+    def next_job(self) -> JobSpec | None:
+        """Advance to the next arrival needing a decision; ``None`` once the run is over."""
+        if self._pending is not None:
+            raise RuntimeError("apply() a decision for the pending job before asking for the next")
+        if self._finished.triggered:
+            return None
+        self._request = self.env.event()
+        self.env.run(until=self.env.any_of([self._request, self._finished]))
+        # Completions due at this instant are released before the decision (as the original
+        # advanced its clock through completions first); SimPy may order equal-time events the
+        # other way round, so process any that are still queued for now.
+        while self._pending is not None and self.env.peek() == self.env.now and self._completion_due():
+            self.env.step()
+        if self._pending is None:
+            return None
+        if self._finished.triggered:  # paper accounting: arrived at the horizon, never decided
+            self._upcoming, self._pending = self._pending.job, None
+            return None
+        self._pending.table = self.feasibility.table(self._pending.job, self.cluster.occupied_mask)
+        return self._pending.job
+
+    def _completion_due(self) -> bool:
+        now = self.env.now
+        return any(r.start_s + r.jct_s <= now for r in self._running.values())
+
+    def state(self) -> ClusterState:
+        """Snapshot for the pending job's decision (includes its feasibility table)."""
+        if self._pending is None or self._pending.table is None:
+            raise RuntimeError("no job is waiting for a decision")
+        return ClusterState(time_s=self.env.now, topology=self.topology,
+                            occupied_mask=self.cluster.occupied_mask,
+                            num_running_jobs=self.cluster.num_running_jobs,
+                            feasibility=self._pending.table)
+
+    def apply(self, decision: Decision) -> JobRecord | None:
+        """Apply ``decision`` to the pending job.
+
+        Returns:
+            The job's record if it was blocked now, ``None`` if it was accepted (its record is
+            written when it completes).
+
+        Raises:
+            InvalidDecision: For a degree outside the action set or a placement that is not a
+                free symmetric block of that degree.
+        """
+        pending = self._pending
+        if pending is None or pending.table is None:
+            raise RuntimeError("no job is waiting for a decision")
+        job, table = pending.job, pending.table
+        degree = decision.degree
+        if isinstance(degree, bool) or int(degree) != degree or (degree != 0 and degree not in table.degrees):
+            raise InvalidDecision(f"job {job.job_id}: degree {degree!r} is not 0 or one of {table.degrees}")
+        degree = int(degree)
+        block = self._resolve_block(degree, decision.placement, job)
+        record: JobRecord | None = None
+        if degree == 0:
+            record = self._blocked(job, 0, "rejected")
+        else:
+            placement = table.placement(degree, block)
+            if placement is None:
+                record = self._blocked(job, degree, "no_placement")
+            else:
+                step = table.step(degree, block)
+                assert step is not None
+                jct = step.step_time_s * job.num_training_steps
+                if not table.meets_target(degree, block):
+                    record = self._blocked(job, degree, "jct_target", placement, jct)
+                else:
+                    self._start(job, degree, placement, jct,
+                                self.feasibility.step_model.partitioner.partition(job.graph, degree).total_bytes,
+                                step.compute_s * job.num_training_steps)
+        self._pending = None
+        self._decided += 1
+        pending.answered.succeed()
+        return record
+
+    def _resolve_block(self, degree: int, servers: Any, job: JobSpec) -> Block | None:
+        if servers is None:
+            return None
+        if isinstance(servers, Block):
+            servers = servers.servers
+        wanted = tuple(int(s) for s in servers)
+        for blk in self.topology.blocks(degree) if degree else ():
+            if blk.servers == wanted:
+                if blk.mask & self.cluster.occupied_mask:
+                    raise InvalidDecision(f"job {job.job_id}: placement {wanted} uses busy servers")
+                return blk
+        raise InvalidDecision(f"job {job.job_id}: placement {wanted} is not a symmetric block of {degree} servers")
+
+    def _start(self, job: JobSpec, degree: int, placement: Placement, jct_s: float,
+               cluster_bytes: float, busy_server_s: float) -> None:
+        self.cluster.allocate(job.job_id, placement)
+        run = _Running(job, degree, placement, jct_s, self.env.now, cluster_bytes, busy_server_s,
+                       self.env.event())
+        self._running[job.job_id] = run
+        self.env.process(self._run_job(run))
+
+    def _blocked(self, job: JobSpec, degree: int, reason: BlockReason, placement: Placement | None = None,
+                 jct_s: float = NAN) -> JobRecord:
+        rec = self._record(job, degree, placement, "blocked", reason, jct_s, NAN, NAN, NAN, NAN)
+        self.records.append(rec)
+        return rec
+
+    def _record(self, job: JobSpec, degree: int, placement: Placement | None, outcome: Any,
+                reason: BlockReason, jct_s: float, start_s: float, end_s: float,
+                cluster_bytes: float, busy_server_s: float) -> JobRecord:
+        servers = placement.servers if placement is not None else ()
+        return JobRecord(
+            job_id=job.job_id, model=job.model, arrival_time_s=job.arrival_time_s, beta=job.beta,
+            sequential_jct_s=job.sequential_jct_s, max_jct_s=job.max_jct_s, degree=degree,
+            num_servers=len(servers),
+            servers=" ".join(self.topology.server_name(s) for s in servers),
+            outcome=outcome, block_reason=reason, jct_s=jct_s, start_time_s=start_s,
+            completion_time_s=end_s,
+            speedup=job.sequential_jct_s / jct_s if jct_s and not math.isnan(jct_s) else NAN,
+            demand_bytes=job.graph.demand_bytes, cluster_bytes=cluster_bytes, busy_server_s=busy_server_s)
+
+    # ------------------------------------------------------------------ whole runs
+    def run(self, policy: Policy, progress: Any = None) -> RunResult:
+        """Run the episode with ``policy`` and return its records and summary.
+
+        Args:
+            policy: Decides every arriving job.
+            progress: Optional tqdm-like bar; updated with simulated time (``total`` = horizon).
+        """
+        policy.reset(self.seed)
+        shown = 0.0
+        while (job := self.next_job()) is not None:
+            self.apply(policy.decide(job, self.state()))
+            if progress is not None and self.env.now > shown:
+                progress.update(self.env.now - shown)
+                shown = self.env.now
+        return self.finalize()
+
+    def finalize(self) -> RunResult:
+        """Close the books (end-of-horizon accounting) and summarise; call once the run is over."""
+        if self._finalized:
+            raise RuntimeError("finalize() was already called")
+        if self._pending is not None:
+            raise RuntimeError("a job is still waiting for a decision")
+        self._finalized = True
+        for run in sorted(self._running.values(), key=lambda r: r.job.job_id):
+            if self.accounting == "paper":
+                self.records.append(self._record(run.job, run.degree, run.placement, "blocked",
+                                                 "running_at_horizon", run.jct_s, run.start_s, NAN,
+                                                 run.cluster_bytes, run.busy_server_s))
+            else:
+                self.records.append(self._record(run.job, run.degree, run.placement, "running", "",
+                                                 run.jct_s, run.start_s, NAN, run.cluster_bytes,
+                                                 run.busy_server_s))
+        upcoming = self._upcoming
+        if upcoming is not None and self.horizon_s is not None and upcoming.arrival_time_s <= self.horizon_s:
+            self.records.append(self._record(upcoming, 0, None, "unresolved", "", NAN, NAN, NAN, NAN, NAN))
+        self.records.sort(key=lambda r: r.job_id)
+        window = self.horizon_s if self.horizon_s is not None else self.env.now
+        summary = summarise(self.records, window_s=window, num_servers=self.topology.num_servers)
+        wall = time.perf_counter() - self._wall_start
+        summary.update({
+            "wall_time_s": wall,
+            "events_simulated": self.env.events_processed,
+            "events_per_s": self.env.events_processed / wall if wall > 0 else NAN,
+            "jobs_per_s": len(self.records) / wall if wall > 0 else NAN,
+            "num_decisions": self._decided,
+            "seed": self.seed,
+            "horizon_accounting": self.accounting,
+            **self.feasibility.step_model.cache_info(),
+        })
+        return RunResult(self.records, summary)

@@ -1,0 +1,162 @@
+"""Op-level step model (the "lookahead"): one training step of a placed, partitioned job.
+
+Semantics (spec §7, with the differences stated):
+
+* Each server runs one sub-op at a time, to completion (GPU kernels are not preempted; the
+  original re-picked at every tick, which changes step times by well under 0.1 % here).
+* Among the ready sub-ops of a server it starts the one with the shortest compute time first
+  (SRPT with static priorities, as the original), ties broken by sub-op index.
+* A sub-op is ready when every non-sync in-dependency has arrived: its source finished and the
+  dependency's transfer (or collective) time elapsed. Transfers start when their source finishes
+  and proceed in parallel (RAMP links are uncontended under the RAMP rules).
+* Weight-sync messages never gate a sub-op; the step ends when every sub-op has finished and
+  every sync message has arrived.
+* ``JCT = step time x training steps``.
+
+Results are cached by ``(graph, degree, placement signature)``: placements that differ only by
+a renaming of servers (and of their groups, racks and in-rack indices) share one lookahead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.comm import RampCommModel
+from simulator.partition import PartitionedGraph, Partitioner
+from simulator.placement import Placement
+from workloads.graph import TrainingGraph
+
+_FINISH, _RELEASE = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """Timing of one training step.
+
+    Attributes:
+        step_time_s: Wall time of one step.
+        compute_s: Total sub-op compute time in one step (summed over servers).
+        comm_s: Total time of all dependency transfers in one step (summed, overlapping).
+        num_sub_ops: Sub-ops simulated.
+        num_deps: Dependencies simulated.
+    """
+
+    step_time_s: float
+    compute_s: float
+    comm_s: float
+    num_sub_ops: int
+    num_deps: int
+
+
+def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.ndarray) -> float:
+    """List-schedule one step of ``pg`` on its servers; return the step time in seconds.
+
+    Args:
+        pg: The partitioned graph.
+        sub_server: Server of each sub-op.
+        dep_time_s: Duration of each dependency.
+    """
+    out_ptr, out_dst, indeg, out_dep, sources = pg.schedule_index
+    n = pg.num_sub_ops
+    out_dur = dep_time_s[out_dep].tolist()
+    dur = pg.sub_time_s.tolist()
+    server = sub_server.tolist()
+    pending = list(indeg)
+    ready_at = [0.0] * n
+    finish = [0.0] * n
+    ready: dict[int, list[tuple[float, int]]] = {}
+    busy: set[int] = set()
+    events: list[tuple[float, int, int]] = [(0.0, _RELEASE, op) for op in sources]
+    heapq.heapify(events)
+    touched: set[int] = set()
+    push, pop = heapq.heappush, heapq.heappop
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, op = pop(events)
+            s = server[op]
+            if kind == _FINISH:
+                finish[op] = now
+                busy.discard(s)
+                for k in range(out_ptr[op], out_ptr[op + 1]):
+                    d = out_dst[k]
+                    arrive = now + out_dur[k]
+                    if arrive > ready_at[d]:
+                        ready_at[d] = arrive
+                    pending[d] -= 1
+                    if pending[d] == 0:
+                        if ready_at[d] <= now:
+                            push(ready.setdefault(server[d], []), (dur[d], d))
+                            touched.add(server[d])
+                        else:
+                            push(events, (ready_at[d], _RELEASE, d))
+            else:
+                push(ready.setdefault(s, []), (dur[op], op))
+            touched.add(s)
+        for s in touched:
+            queue = ready.get(s)
+            if queue and s not in busy:
+                _, op = pop(queue)
+                busy.add(s)
+                push(events, (now + dur[op], _FINISH, op))
+        touched.clear()
+    if any(pending):
+        raise RuntimeError("step model deadlock: the partitioned graph has a cycle")
+    step = max(finish) if finish else 0.0
+    if pg.dep_is_sync.any():
+        sync = np.flatnonzero(pg.dep_is_sync)
+        fin = np.asarray(finish)
+        step = max(step, float((fin[pg.dep_src[sync]] + dep_time_s[sync]).max()))
+    return step
+
+
+class StepModel:
+    """Prices a partitioned job on its servers, with a lookahead cache.
+
+    Args:
+        partitioner: Builds partitioned graphs.
+        comm: Communication-time model.
+    """
+
+    def __init__(self, partitioner: Partitioner, comm: RampCommModel) -> None:
+        self.partitioner = partitioner
+        self.comm = comm
+        self._cache: dict[tuple, StepResult] = {}
+        self.num_lookaheads = 0
+        """Lookaheads actually simulated (cache misses)."""
+        self.num_cache_hits = 0
+        """Lookahead requests answered from the cache."""
+        self.lookahead_wall_s = 0.0
+        """Wall time spent simulating lookaheads."""
+
+    def step(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
+        """Time one training step of ``graph`` at ``degree`` on ``placement`` (cached)."""
+        key = (graph.fingerprint, degree, placement.signature)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self.num_cache_hits += 1
+            return hit
+        t0 = time.perf_counter()
+        pg = self.partitioner.partition(graph, degree)
+        result = self._simulate(pg, placement)
+        self.lookahead_wall_s += time.perf_counter() - t0
+        self.num_lookaheads += 1
+        self._cache[key] = result
+        return result
+
+    def _simulate(self, pg: PartitionedGraph, placement: Placement) -> StepResult:
+        sub_server = placement.sub_op_servers(pg.splits)
+        dep_time = self.comm.dependency_times_s(
+            sub_server[pg.dep_src], sub_server[pg.dep_dst], pg.dep_bytes, pg.dep_group, pg.group_is_sync)
+        step = simulate_step(pg, sub_server, dep_time)
+        return StepResult(step_time_s=step, compute_s=float(pg.sub_time_s.sum()),
+                          comm_s=float(dep_time.sum()), num_sub_ops=pg.num_sub_ops, num_deps=pg.num_deps)
+
+    def cache_info(self) -> dict[str, float]:
+        """Cache statistics: lookaheads simulated, hits, and wall time spent simulating."""
+        return {"lookaheads": self.num_lookaheads, "lookahead_cache_hits": self.num_cache_hits,
+                "lookahead_wall_s": self.lookahead_wall_s}

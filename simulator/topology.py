@@ -1,0 +1,180 @@
+"""The RAMP optical cluster: servers indexed (communication group, rack, server), symmetric blocks.
+
+RAMP (Ottino et al., arXiv 2211.15226) is an all-optical, single-hop, full-bisection network:
+every server reaches every other server over a direct link, so a flow never shares a hop with
+another job while the RAMP rules hold (one job per server; collectives on symmetric blocks).
+See spec §3 and §5.2 for the rules reproduced here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from simulator.errors import ConfigError
+
+Shape = tuple[int, int, int]
+"""A block shape ``(num CGs, num racks, num servers)``; ``z = -1`` marks a diagonal block."""
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A set of servers forming one symmetric RAMP block, in placement order.
+
+    Attributes:
+        shape: The shape the block was cut with.
+        origin: Its ``(c, r, s)`` origin.
+        servers: Server indices, in the order sub-ops are assigned to them.
+        mask: Bitmask of ``servers`` (bit i = server i), for fast occupancy tests.
+    """
+
+    shape: Shape
+    origin: tuple[int, int, int]
+    servers: tuple[int, ...]
+    mask: int
+
+
+class RampTopology:
+    """A RAMP cluster of ``C x R x S`` single-GPU servers (spec §3).
+
+    Args:
+        num_comm_groups: Communication groups ``C`` (paper: 4).
+        num_racks_per_group: Racks per group ``R`` (paper: 4).
+        num_servers_per_rack: Servers per rack ``S`` (paper: 2).
+        memory_capacity_bytes: GPU memory per server (A100: 80e9).
+        total_node_bandwidth_Bps: Optical bandwidth per server, bytes/s (1.6e12 = 12.8 Tb/s).
+        propagation_latency_s: One-hop propagation latency (paper config: 50 ns).
+        io_latency_s: Worker I/O latency, paid at both ends of a transfer (paper config: 100 ns).
+        max_degree: Largest partition degree offered to policies (paper: 16).
+
+    Raises:
+        ConfigError: For an impossible shape (a dimension < 1) or non-positive capacities.
+    """
+
+    def __init__(self, num_comm_groups: int = 4, num_racks_per_group: int = 4,
+                 num_servers_per_rack: int = 2, memory_capacity_bytes: float = 80e9,
+                 total_node_bandwidth_Bps: float = 1.6e12, propagation_latency_s: float = 50e-9,
+                 io_latency_s: float = 100e-9, max_degree: int = 16) -> None:
+        for name, value in (("num_comm_groups", num_comm_groups),
+                            ("num_racks_per_group", num_racks_per_group),
+                            ("num_servers_per_rack", num_servers_per_rack),
+                            ("max_degree", max_degree)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be an integer >= 1, got {value!r} (impossible cluster shape)",
+                                  field=f"cluster.{name}")
+        for name, fvalue in (("memory_capacity_bytes", memory_capacity_bytes),
+                             ("total_node_bandwidth_Bps", total_node_bandwidth_Bps)):
+            if not (isinstance(fvalue, int | float) and math.isfinite(fvalue) and fvalue > 0):
+                raise ConfigError(f"must be a finite number > 0, got {fvalue!r}", field=f"cluster.{name}")
+        for name, fvalue in (("propagation_latency_s", propagation_latency_s),
+                             ("io_latency_s", io_latency_s)):
+            if not (isinstance(fvalue, int | float) and math.isfinite(fvalue) and fvalue >= 0):
+                raise ConfigError(f"must be a finite number >= 0, got {fvalue!r}", field=f"cluster.{name}")
+        self.num_comm_groups = num_comm_groups
+        self.num_racks_per_group = num_racks_per_group
+        self.num_servers_per_rack = num_servers_per_rack
+        self.memory_capacity_bytes = float(memory_capacity_bytes)
+        self.total_node_bandwidth_Bps = float(total_node_bandwidth_Bps)
+        self.propagation_latency_s = float(propagation_latency_s)
+        self.io_latency_s = float(io_latency_s)
+        self.max_degree = max_degree
+        self.coords: tuple[tuple[int, int, int], ...] = tuple(
+            (c, r, s) for c in range(num_comm_groups) for r in range(num_racks_per_group)
+            for s in range(num_servers_per_rack))
+        self._index = {xyz: i for i, xyz in enumerate(self.coords)}
+        self._blocks: dict[int, tuple[Block, ...]] = {}
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(C, R, S)``."""
+        return (self.num_comm_groups, self.num_racks_per_group, self.num_servers_per_rack)
+
+    @property
+    def num_servers(self) -> int:
+        """Total servers (one GPU each)."""
+        return len(self.coords)
+
+    @property
+    def channel_bandwidth_Bps(self) -> float:
+        """Bandwidth of one transceiver: the node bandwidth split over the C groups (spec §3.1)."""
+        return self.total_node_bandwidth_Bps / self.num_comm_groups
+
+    @property
+    def all_servers_mask(self) -> int:
+        """Bitmask with every server set."""
+        return (1 << self.num_servers) - 1
+
+    def index(self, c: int, r: int, s: int) -> int:
+        """Server index of coordinates ``(c, r, s)``."""
+        return self._index[(c, r, s)]
+
+    def server_name(self, server: int) -> str:
+        """The original's server id string ``"c-r-s"``."""
+        c, r, s = self.coords[server]
+        return f"{c}-{r}-{s}"
+
+    def block_shapes(self, n: int) -> tuple[Shape, ...]:
+        """Symmetric block shapes for ``n`` servers, in first-fit order (spec §5.2).
+
+        Factor pairs ``(n/i, i)`` for divisors ``i`` ascending give ``(sqrt p, sqrt p, q)`` when
+        ``p`` is a square that fits, and ``(p, 1, q)``, ``(p, q, 1)`` when ``p <= C, R`` and
+        ``q <= S``; when ``n <= C, R`` the diagonal ``(n, n, -1)`` and ``(n, 1, 1)`` follow.
+        Duplicates are dropped (they cannot change a first-fit result).
+        """
+        C, R, S = self.shape
+        shapes: list[Shape] = []
+        for i in range(1, n + 1):
+            if n % i:
+                continue
+            p, q = n // i, i
+            root = math.isqrt(p)
+            if root * root == p and root <= C and root <= R and q <= S:
+                shapes.append((root, root, q))
+            if p <= C and p <= R and q <= S:
+                shapes += [(p, 1, q), (p, q, 1)]
+        if shapes and n <= C and n <= R:
+            shapes += [(n, n, -1), (n, 1, 1)]
+        return tuple(dict.fromkeys(shapes))
+
+    def blocks(self, n: int) -> tuple[Block, ...]:
+        """Every block of ``n`` servers, in the original's first-fit scan order (cached)."""
+        if n not in self._blocks:
+            self._blocks[n] = self._enumerate_blocks(n)
+        return self._blocks[n]
+
+    def _enumerate_blocks(self, n: int) -> tuple[Block, ...]:
+        C, R, S = self.shape
+        out: dict[tuple[int, ...], Block] = {}
+        for shape in self.block_shapes(n):
+            x, y, z = shape
+            for i in range(C - x + 1):
+                for j in range(R - y + 1):
+                    for k in range(S - z + 1):
+                        if z == -1:  # diagonal: one server per (CG, rack) step
+                            coords = [(i + t, j + t, k % S) for t in range(n)]
+                        else:
+                            coords = [((i + a) % C, (j + b) % R, (k + c) % S)
+                                      for a in range(x) for b in range(y) for c in range(z)]
+                        servers = tuple(self._index[xyz] for xyz in coords)
+                        if len(set(servers)) != n or servers in out:
+                            continue
+                        mask = 0
+                        for s in servers:
+                            mask |= 1 << s
+                        out[servers] = Block(shape, (i, j, k), servers, mask)
+        return tuple(out.values())
+
+    @cached_property
+    def degrees(self) -> tuple[int, ...]:
+        """Partition degrees offered to policies: 1 and every even ``n <= max_degree`` with a shape.
+
+        Odd degrees above 1 are excluded as in the original (the SiP-ML split rule produces even
+        split counts); on the paper's 4x4x2 RAMP this gives (1, 2, 4, 6, 8, 16).
+        """
+        top = min(self.max_degree, self.num_servers)
+        return (1, *(n for n in range(2, top + 1, 2) if self.block_shapes(n)))
+
+    def __repr__(self) -> str:
+        C, R, S = self.shape
+        return f"RampTopology({C}x{R}x{S}={self.num_servers} servers)"
