@@ -13,7 +13,7 @@ class ConfigError(ValueError):
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
+        super().__init__(f"field '{field}': {message}" if field else message)
 
 
 class InvalidDecision(ValueError):

@@ -20,7 +20,6 @@ An explicit block from a policy (learned placement) restricts the job to that bl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -33,7 +32,7 @@ from workloads.graph import TrainingGraph, topological_order
 PlacementMode = Literal["op_first_fit", "block"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     """Where a partitioned job runs.
 
@@ -42,11 +41,14 @@ class Placement:
             ``op_servers[op][i]``; the backward mirror uses the same servers).
         servers: Every server the job holds, ascending.
         mask: Bitmask of ``servers``.
+        signature: A canonical form, equal for placements that time identically (see
+            :func:`placement_signature`); the lookahead cache key.
     """
 
     op_servers: tuple[tuple[int, ...], ...]
     servers: tuple[int, ...]
     mask: int
+    signature: tuple
 
     @property
     def num_servers(self) -> int:
@@ -59,24 +61,28 @@ class Placement:
                           count=int(splits.sum()))
         return np.concatenate([fwd, fwd])
 
-    @cached_property
-    def signature(self) -> tuple:
-        """A canonical form: equal for placements that time identically.
-
-        Servers are renamed by first appearance, and so are their communication groups, racks
-        and in-rack indices; step times depend only on co-location and on how many distinct
-        groups, racks and indices a collective touches, which renaming preserves.
-        """
-        return _canonical(self.op_servers)
 
 
-def _canonical(op_servers: tuple[tuple[int, ...], ...]) -> tuple:
+def placement_signature(op_servers: tuple[tuple[int, ...], ...],
+                        coords: tuple[tuple[int, int, int], ...]) -> tuple:
+    """Canonical form of a placement: servers renamed by first appearance, with their coordinates
+    renamed the same way (communication groups, racks and in-rack indices separately).
+
+    Step times depend only on which sub-ops share a server and on how many distinct groups,
+    racks and in-rack indices a collective touches; renaming preserves both, so placements with
+    equal signatures have equal step times.
+    """
     local: dict[int, int] = {}
     for servers in op_servers:
         for s in servers:
             if s not in local:
                 local[s] = len(local)
-    return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(local)
+    renames: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+    shape = []
+    for s in local:
+        c, r, k = coords[s]
+        shape.append(tuple(m.setdefault(key, len(m)) for m, key in zip(renames, (c, (c, r), r, k), strict=True)))
+    return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(shape)
 
 
 class OpPlacer:
@@ -182,7 +188,9 @@ class OpPlacer:
         mask = 0
         for s in held:
             mask |= 1 << s
-        return Placement(tuple(op_servers), tuple(held), mask)  # type: ignore[arg-type]
+        final = tuple(op_servers)
+        return Placement(final, tuple(held), mask,  # type: ignore[arg-type]
+                         placement_signature(final, self.topology.coords))  # type: ignore[arg-type]
 
     def clear_cache(self) -> None:
         """Drop cached placements (they stay valid; this only frees memory)."""

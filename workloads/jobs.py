@@ -87,8 +87,8 @@ class Workload:
         if callable(models):
             missing = sorted(set(models()) - set(self.by_name))
             if missing:
-                raise WorkloadError(f"the trace needs graphs that are not loaded: {', '.join(missing)}",
-                                    field="workload.graphs")
+                raise WorkloadError(f"the trace needs graphs that are not loaded: {', '.join(missing)} "
+                                    "(add them to workload.graphs, e.g. workload=all)", field="workload.graphs")
 
     def jobs(self, seed: int | np.random.SeedSequence) -> Iterator[JobSpec]:
         """Yield the job stream for ``seed`` (infinite unless the arrival process ends)."""

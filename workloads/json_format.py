@@ -66,11 +66,11 @@ class _Locator:
                 hi = mid - 1
         return lo + 1
 
-    def op_line(self, op_id: Any) -> int | None:
+    def op_line(self, op_id: Any, occurrence: int = 0) -> int | None:
         if not isinstance(op_id, str):
             return None
-        m = re.search(r'"id"\s*:\s*' + re.escape(json.dumps(op_id)), self.text)
-        return self.line_of(m.start()) if m else None
+        matches = list(re.finditer(r'"id"\s*:\s*' + re.escape(json.dumps(op_id)), self.text))
+        return self.line_of(matches[min(occurrence, len(matches) - 1)].start()) if matches else None
 
     def key_line(self, key: str) -> int | None:
         m = re.search(re.escape(json.dumps(key)) + r"\s*:", self.text)
@@ -82,7 +82,8 @@ class _Locator:
         pat = (r"\[\s*" + re.escape(json.dumps(src)) + r"\s*,\s*" + re.escape(json.dumps(dst)) + r"\s*\]"
                r"|\"src\"\s*:\s*" + re.escape(json.dumps(src)))
         m = re.search(pat, self.text)
-        return self.line_of(m.start()) if m else None
+        # Report the line of the source id (a pretty-printed pair puts '[' on its own line).
+        return self.line_of(self.text.index('"', m.start())) if m else None
 
 
 def parse_json_graph(text: str, *, path: str | Path = "<string>") -> OpGraph:
@@ -128,7 +129,7 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>") -> OpGraph:
         if not isinstance(op_id, str) or not op_id:
             raise fail(f"{where}: op id must be a non-empty string", field="id", line=line)
         if op_id in index:
-            raise fail(f"duplicate op id {op_id!r}", field="id", line=line)
+            raise fail(f"duplicate op id {op_id!r}", field="id", line=loc.op_line(op_id, occurrence=1))
         for j, key in enumerate(OP_NUMBER_FIELDS):
             if key not in op:
                 raise fail(f"op {op_id!r}: missing field", field=key, line=line)

@@ -51,10 +51,7 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
     graphs) or ``"all"`` (every shipped graph), or a list of any of these.
     """
     items: Sequence[str | Path]
-    if isinstance(spec, str | Path):
-        items = [spec]
-    else:
-        items = list(spec)
+    items = [spec] if isinstance(spec, str | Path) else list(spec)
     if not items:
         raise WorkloadError("the graph set is empty", field="workload.graphs")
     paths: list[Path] = []

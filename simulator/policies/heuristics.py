@@ -71,7 +71,7 @@ class ParaMin:
         if not valid:
             return Decision(0)
         # Same float expression as the original, so ties at 1/beta round identically.
-        target = math.ceil(job.sequential_jct_s / job.max_jct_s)
+        target = math.ceil(job.sequential_jct_s / job.max_jct_s) if job.max_jct_s > 0 else 1
         return Decision(next((d for d in valid if d >= target), valid[-1]))
 
 
