@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
+# The default experiment (conf/experiment/$(EXPERIMENT).yaml) as a parallel sweep, then its report.
+# Re-running resumes the sweep (finished runs are skipped). Another: make run EXPERIMENT=load_sweep
+EXPERIMENT ?= paper_main
+
 run: $(STAMP)
-	$(BIN)/pacml-sim scenario=paper policy=para_max beta=C seed=0
+	$(BIN)/pacml-sim -m experiment=$(EXPERIMENT) hydra.sweep.dir=outputs/$(EXPERIMENT)
+	$(BIN)/pacml-report outputs/$(EXPERIMENT)
 
 test: $(STAMP)
 	$(BIN)/pytest -q -n 2

@@ -1,0 +1,349 @@
+"""``pacml-report SWEEP_DIR [--out DIR]``: tables, figures and a Markdown/HTML report of a sweep.
+
+Writes into ``DIR`` (default ``SWEEP_DIR/report``): ``report.md``, ``report.html``,
+``figures/*.png|svg`` and ``tables/*.csv``, then prints the path of ``report.md``. Bad input
+(not a directory, no finished runs) ends with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import markdown
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.paper_reference import (
+    PAPER_BLOCKING_RATE,
+    PAPER_DEMAND_THROUGHPUT_BPS,
+    PAPER_HORIZON_S,
+    PAPER_MEAN_INTERARRIVAL_S,
+    PAPER_POLICY_LABELS,
+)
+from analysis.plots import (
+    ordered_policies,
+    plot_blocking_vs_load,
+    plot_degree_histogram,
+    plot_jct_cdf,
+    plot_policy_bars,
+    plot_utilisation_timeline,
+    policy_label,
+    save_figure,
+)
+from analysis.runs import (
+    cluster_num_servers,
+    config_columns,
+    find_run_dirs,
+    load_jobs,
+    load_run_config,
+    load_sweep,
+    load_sweep_jobs,
+)
+from analysis.stats import aggregate
+from workloads.io import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+PROG = "pacml-report"
+
+THROUGHPUT_UNIT_BPS = 1e7
+"""Throughputs in the Markdown tables are in units of this many bytes per second."""
+
+SUMMARY_METRICS = {
+    "blocking_rate": ("Blocking rate", 1.0, "{:.3f}"),
+    "demand_throughput_Bps": ("Throughput (1e7 B/s)", THROUGHPUT_UNIT_BPS, "{:.2f}"),
+    "mean_jct_s": ("Mean JCT (s)", 1.0, "{:.0f}"),
+    "mean_degree": ("Mean degree", 1.0, "{:.2f}"),
+    "mean_server_utilisation": ("Server utilisation", 1.0, "{:.3f}"),
+}
+"""Metrics of the report's summary table: column -> (heading, unit, number format)."""
+
+TABLE_METRICS = (*SUMMARY_METRICS, "acceptance_rate", "cluster_throughput_Bps", "mean_speedup",
+                 "mean_servers_per_job", "mean_compute_utilisation", "mean_jobs_running",
+                 "num_jobs_arrived", "num_blocked_rejected", "num_blocked_no_placement",
+                 "num_blocked_jct_target", "num_blocked_running_at_horizon")
+"""Metrics aggregated into ``tables/summary.csv`` (those present in the sweep)."""
+
+
+NO_RUNS = pd.Series({"n": 0, "mean": math.nan, "ci_low": math.nan, "ci_high": math.nan})
+"""Statistics of a group without runs."""
+
+
+class ReportError(Exception):
+    """The input cannot make a report (not a directory, no finished runs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFigure:
+    """A figure written for the report: file stem, heading and caption."""
+
+    name: str
+    title: str
+    caption: str
+
+
+def build_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Write the report of the runs under ``sweep_dir`` and return the path of ``report.md``.
+
+    Args:
+        sweep_dir: A sweep directory (or any tree of run directories).
+        out_dir: Where to write; default ``sweep_dir/report``.
+
+    Raises:
+        ReportError: ``sweep_dir`` is not a directory or holds no finished run.
+    """
+    sweep = Path(sweep_dir)
+    if not sweep.is_dir():
+        raise ReportError(f"not a directory: {sweep}")
+    runs = load_sweep(sweep)
+    if runs.empty:
+        raise ReportError(f"no finished runs (summary.json) under {sweep}")
+    out = Path(out_dir) if out_dir is not None else sweep / "report"
+    figures_dir, tables_dir = out / "figures", out / "tables"
+    num_skipped = len(find_run_dirs(sweep)) - len(runs)
+
+    groups = group_columns(runs)
+    metrics = [m for m in TABLE_METRICS if m in runs.columns]
+    summary = aggregate(runs, groups, metrics)
+    comparison = paper_comparison(runs)
+    atomic_write_text(tables_dir / "runs.csv", runs.to_csv(index=False))
+    atomic_write_text(tables_dir / "summary.csv", summary.to_csv(index=False))
+    if not comparison.empty:
+        atomic_write_text(tables_dir / "paper_comparison.csv", comparison.to_csv(index=False))
+
+    figures = _write_figures(runs, figures_dir)
+    text = _markdown(sweep, runs, num_skipped, groups, summary, comparison, figures)
+    report = atomic_write_text(out / "report.md", text)
+    atomic_write_text(out / "report.html", _html(text))
+    return report
+
+
+def group_columns(runs: pd.DataFrame) -> list[str]:
+    """Columns to aggregate seeds over: policy, beta, then any other config column that varies."""
+    varying = [c for c in config_columns(runs)
+               if c not in ("policy", "beta", "seed") and runs[c].nunique(dropna=False) > 1]
+    return ["policy", "beta", *varying]
+
+
+def paper_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs made in the paper's setup: the paper scenario, its load and its horizon."""
+    return runs[(runs["scenario"] == "paper")
+                & _close(runs["mean_interarrival_s"], PAPER_MEAN_INTERARRIVAL_S)
+                & _close(runs["horizon_s"], PAPER_HORIZON_S)]
+
+
+def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
+    """Our blocking rate and throughput beside the paper's, per beta and policy.
+
+    Only runs in the paper's setup (:func:`paper_runs`) count; every beta they cover gets a row
+    for each policy that either we ran or the paper reports (ours NaN if not run, e.g. PAC-ML).
+
+    Returns:
+        Columns ``beta``, ``policy``, ``n``, ``blocking_mean``, ``blocking_ci_low``,
+        ``blocking_ci_high``, ``paper_blocking``, ``throughput_Bps_mean``,
+        ``throughput_Bps_ci_low``, ``throughput_Bps_ci_high``, ``paper_throughput_Bps``;
+        empty if no run matches.
+    """
+    matching = paper_runs(runs)
+    if matching.empty:
+        return pd.DataFrame()
+    stats = aggregate(matching, ["beta", "policy"], ["blocking_rate", "demand_throughput_Bps"])
+    stats = stats.set_index(["beta", "policy", "metric"])
+    policies = list(dict.fromkeys([*PAPER_POLICY_LABELS, *sorted(matching["policy"].unique())]))
+    rows = []
+    for beta in sorted(matching["beta"].unique()):
+        for policy in policies:
+            row: dict[str, object] = {"beta": beta, "policy": policy}
+            for metric, short, paper in (("blocking_rate", "blocking", PAPER_BLOCKING_RATE),
+                                         ("demand_throughput_Bps", "throughput_Bps",
+                                          PAPER_DEMAND_THROUGHPUT_BPS)):
+                key = (beta, policy, metric)
+                ours = stats.loc[key] if key in stats.index else NO_RUNS
+                row["n"] = int(ours["n"])
+                row.update({f"{short}_{k}": ours[k] for k in ("mean", "ci_low", "ci_high")})
+                row[f"paper_{short}"] = paper.get(policy, {}).get(beta, math.nan)
+            if row["n"] or not math.isnan(row["paper_blocking"]):
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point (``pacml-report``)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, help="sweep (or run) directory written by pacml-sim")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: SWEEP_DIR/report)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
+    try:
+        report = build_report(args.sweep_dir, args.out)
+    except ReportError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        raise SystemExit(2) from None
+    sys.stdout.write(f"report: {report}\n")
+
+
+def _write_figures(runs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
+    """Every figure the runs support, saved as PNG and SVG; returns them in report order."""
+    written: list[ReportFigure] = []
+
+    def save(fig: Figure, name: str, title: str, caption: str) -> None:
+        save_figure(fig, figures_dir, name)
+        written.append(ReportFigure(name, title, caption))
+
+    loads = sorted(runs["mean_interarrival_s"].dropna().unique())
+    at_load, where = runs, ""
+    if len(loads) > 1:
+        save(plot_blocking_vs_load(runs), "blocking_vs_load", "Blocking rate vs load",
+             "Blocking rate against mean inter-arrival time (load grows to the right), one line "
+             "per policy; bands are 95% confidence intervals across seeds.")
+        # The other figures show one load: the one closest to the paper's.
+        load = min(loads, key=lambda x: abs(math.log(x / PAPER_MEAN_INTERARRIVAL_S)))
+        at_load = runs[_close(runs["mean_interarrival_s"], load)]
+        where = f" at mean inter-arrival time {load:g} s"
+    matches_paper = len(paper_runs(at_load)) == len(at_load)
+    reference = {"blocking_rate": PAPER_BLOCKING_RATE,
+                 "demand_throughput_Bps": PAPER_DEMAND_THROUGHPUT_BPS} if matches_paper else None
+    save(plot_policy_bars(at_load, reference=reference), "policy_bars",
+         "Blocking rate and throughput per β distribution",
+         f"Blocking rate (top) and demand throughput (bottom) per β distribution{where}, one bar "
+         "per policy with 95% confidence intervals across seeds"
+         + ("; white diamonds are the paper's numbers (spec §14.2-14.3)." if reference else "."))
+
+    jobs = load_sweep_jobs(at_load)
+    if jobs.empty:
+        return written
+    save(plot_jct_cdf(jobs), "jct_cdf", "Job completion times",
+         f"Distribution of the job completion time of completed jobs{where}, per policy and β "
+         "distribution (seeds pooled).")
+    save(plot_degree_histogram(jobs), "degree_histogram", "Chosen partition degrees",
+         f"Share of jobs per chosen partition degree{where} (0 = rejected), per policy and β "
+         "distribution (seeds pooled).")
+    for run in at_load.groupby("policy", sort=False).head(1).to_dict("records"):
+        num_servers = cluster_num_servers(load_run_config(run["run_dir"]))
+        if num_servers is None:
+            log.warning("no utilisation figure for %s: cluster size unknown", run["run_dir"])
+            continue
+        name = f"{policy_label(run['policy'])}, β {run['beta']}, seed {run['seed']}"
+        save(plot_utilisation_timeline(load_jobs(run["run_dir"]), num_servers, name),
+             f"utilisation_{run['policy']}", f"Cluster occupancy: {policy_label(run['policy'])}",
+             f"One run ({name}{where}): fraction of the {num_servers} servers held by running "
+             "jobs, and the number of jobs running, over simulated time.")
+    return written
+
+
+def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[str],
+              summary: pd.DataFrame, comparison: pd.DataFrame, figures: list[ReportFigure]) -> str:
+    """The report's Markdown text."""
+    seeds = sorted(runs["seed"].dropna().unique())
+    lines = [
+        f"# Experiment report: {sweep.name}",
+        "",
+        f"- Sweep directory: `{sweep}`",
+        f"- Runs: {len(runs)}" + (f" ({num_skipped} unfinished or unreadable, skipped)"
+                                  if num_skipped else ""),
+    ]
+    lines.append(f"- Policies: {', '.join(policy_label(p) for p in ordered_policies(runs['policy']))}")
+    for column in ("scenario", "beta", "mean_interarrival_s", "horizon_s"):
+        values = ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
+                           for v in sorted(runs[column].dropna().unique()))
+        lines.append(f"- {column}: {values}")
+    lines += [f"- Seeds: {', '.join(str(int(s)) for s in seeds)}", "",
+              "## Summary", "",
+              "Mean ± half-width of the 95% Student-t confidence interval across seeds "
+              "(n = number of seeds; no interval for n = 1). Throughput is the demand "
+              "throughput (the paper's); utilisation is the time-average fraction of servers held.",
+              "", _summary_table(summary, groups), ""]
+    lines += ["## Ours vs the paper", ""]
+    if comparison.empty:
+        lines += [f"No run matches the paper's setup (scenario paper, mean inter-arrival "
+                  f"{PAPER_MEAN_INTERARRIVAL_S:g} s, horizon {PAPER_HORIZON_S:g} s).", ""]
+    else:
+        lines += ["Paper: spec §14.2 (blocking, mean of 3 seeds) and §14.3 (throughput); PAC-ML "
+                  "is the final checkpoint. Ours: mean ± 95% CI over n seeds.", "",
+                  _comparison_table(comparison), ""]
+    lines += ["## Figures", ""]
+    for fig in figures:
+        lines += [f"### {fig.title}", "",
+                  f"![{fig.name}](figures/{fig.name}.png)", "", fig.caption,
+                  f"([SVG](figures/{fig.name}.svg))", ""]
+    lines += ["## Tables", "",
+              "- `tables/runs.csv`: one row per run (config and every metric of summary.json).",
+              "- `tables/summary.csv`: mean, std, n and 95% CI per group and metric (tidy).",
+              *(["- `tables/paper_comparison.csv`: the table above."] if not comparison.empty
+                else []), ""]
+    return "\n".join(lines)
+
+
+def _summary_table(summary: pd.DataFrame, groups: list[str]) -> str:
+    """Markdown table: one row per group, ``mean ± half-width`` per summary metric."""
+    wide = summary.set_index([*groups, "metric"])
+    rank = {p: i for i, p in enumerate(ordered_policies(summary["policy"]))}
+    keys = sorted(summary[groups].drop_duplicates().itertuples(index=False, name=None),
+                  key=lambda key: rank[key[0]])
+    header = [*groups, "n", *(heading for heading, _, _ in SUMMARY_METRICS.values())]
+    rows = []
+    for policy, *rest in keys:
+        key = (policy, *rest)
+        cells = [policy_label(policy), *(f"{v:g}" if isinstance(v, float) else str(v) for v in rest),
+                 str(int(wide.loc[(*key, "blocking_rate"), "n"]))]
+        for metric, (_, unit, fmt) in SUMMARY_METRICS.items():
+            stat = wide.loc[(*key, metric)]
+            cells.append(_pm(stat["mean"] / unit, (stat["ci_high"] - stat["mean"]) / unit, fmt))
+        rows.append(cells)
+    return _md_table(header, rows)
+
+
+def _comparison_table(comparison: pd.DataFrame) -> str:
+    """Markdown table of :func:`paper_comparison`."""
+    header = ["β", "Policy", "n", "Blocking (ours)", "Blocking (paper)",
+              "Throughput 1e7 B/s (ours)", "Throughput 1e7 B/s (paper)"]
+    unit = THROUGHPUT_UNIT_BPS
+    rows = [[r.beta, policy_label(r.policy), str(r.n),
+             _pm(r.blocking_mean, r.blocking_ci_high - r.blocking_mean, "{:.3f}"),
+             _num(r.paper_blocking, "{:.4f}"),
+             _pm(r.throughput_Bps_mean / unit,
+                 (r.throughput_Bps_ci_high - r.throughput_Bps_mean) / unit, "{:.2f}"),
+             _num(r.paper_throughput_Bps / unit, "{:.3f}")]
+            for r in comparison.itertuples(index=False)]
+    return _md_table(header, rows)
+
+
+def _pm(mean: float, half: float, fmt: str) -> str:
+    """``mean ± half`` (just the mean if the half-width is NaN, a dash if the mean is)."""
+    if math.isnan(mean):
+        return "–"
+    return fmt.format(mean) if math.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
+
+
+def _num(value: float, fmt: str) -> str:
+    """A number, or a dash for NaN."""
+    return "–" if math.isnan(value) else fmt.format(value)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _close(values: pd.Series, target: float) -> pd.Series:
+    """Which of ``values`` equal ``target`` up to float rounding."""
+    return (pd.to_numeric(values, errors="coerce") - target).abs() <= 1e-9 * abs(target)
+
+
+def _html(text: str) -> str:
+    """A standalone HTML page of the Markdown report."""
+    body = markdown.markdown(text, extensions=["tables"])
+    style = ("body{font-family:sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem}"
+             "table{border-collapse:collapse;font-size:.9rem}td,th{border:1px solid #ccc;"
+             "padding:.2rem .5rem;text-align:right}img{max-width:100%}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Experiment report"
+            f"</title><style>{style}</style></head><body>\n{body}\n</body></html>\n")
