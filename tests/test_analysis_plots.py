@@ -1,0 +1,127 @@
+"""Each figure is non-empty, labelled with units, and saved as PNG and SVG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from analysis.plots import (
+    occupancy_over_time,
+    plot_blocking_vs_load,
+    plot_degree_histogram,
+    plot_jct_cdf,
+    plot_policy_bars,
+    plot_utilisation_timeline,
+    save_figure,
+    time_average,
+)
+
+
+@pytest.fixture
+def runs() -> pd.DataFrame:
+    """2 policies x 2 betas x 3 loads x 2 seeds of made-up results."""
+    rng = np.random.default_rng(0)
+    rows = [{"policy": p, "beta": b, "mean_interarrival_s": load, "seed": s,
+             "blocking_rate": min(1.0, 300 / load + rng.uniform(0, 0.05)),
+             "demand_throughput_Bps": 2e7 + rng.uniform(0, 1e6)}
+            for p in ("para_max", "random") for b in ("A", "C") for load in (500.0, 1000.0, 2000.0)
+            for s in (0, 1)]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def jobs() -> pd.DataFrame:
+    """Two jobs per policy and beta: one completed at degree 2, one rejected."""
+    rows = []
+    for policy in ("para_max", "random"):
+        for beta in ("A", "C"):
+            rows += [{"policy": policy, "beta": beta, "outcome": "completed", "degree": 2,
+                      "jct_s": 100.0, "num_servers": 2, "start_time_s": 0.0},
+                     {"policy": policy, "beta": beta, "outcome": "blocked", "degree": 0,
+                      "jct_s": np.nan, "num_servers": 0, "start_time_s": np.nan}]
+    return pd.DataFrame(rows)
+
+
+def visible_axes(fig: Figure) -> list:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_blocking_vs_load(runs: pd.DataFrame) -> None:
+    fig = plot_blocking_vs_load(runs)
+    axes = visible_axes(fig)
+    assert len(axes) == 2  # one panel per beta
+    for ax in axes:
+        assert ax.get_xlabel().startswith("Mean inter-arrival time (s")
+        assert ax.get_ylabel().startswith("Blocking rate")
+        assert len(ax.lines) == 2 and len(ax.collections) == 2  # a line and a CI band per policy
+        assert ax.get_xscale() == "log" and ax.xaxis_inverted()
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["Para_max", "Random"]
+    assert "Blocking rate vs load" in fig.get_suptitle()
+
+
+def test_policy_bars_with_reference_markers(runs: pd.DataFrame) -> None:
+    reference = {"blocking_rate": {"para_max": {"A": 0.26, "C": 0.27}}}
+    fig = plot_policy_bars(runs[runs["mean_interarrival_s"] == 1000.0], reference=reference)
+    blocking, throughput = visible_axes(fig)
+    assert blocking.get_ylabel().startswith("Blocking rate")
+    assert throughput.get_ylabel() == "Demand throughput (B/s)"
+    assert throughput.get_xlabel() == "JCT-target distribution"
+    assert len(blocking.patches) == 4 and len(throughput.patches) == 4  # 2 policies x 2 betas
+    assert [t.get_text() for t in throughput.get_xticklabels()] == ["β A", "β C"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Para_max", "Random", "paper"]
+
+
+def test_jct_cdf_one_panel_per_beta(jobs: pd.DataFrame) -> None:
+    fig = plot_jct_cdf(jobs)
+    axes = visible_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["β A", "β C"]
+    for ax in axes:
+        assert ax.get_xlabel() == "Job completion time (s, log scale)"
+        assert ax.get_ylabel() == "Fraction of completed jobs"
+        assert len(ax.lines) == 2
+        assert ax.lines[0].get_ydata()[-1] == 1.0
+    assert fig.legends
+
+
+def test_degree_histogram_shares_sum_to_one(jobs: pd.DataFrame) -> None:
+    fig = plot_degree_histogram(jobs)
+    ax = visible_axes(fig)[0]
+    assert ax.get_xlabel() == "Chosen partition degree (0 = rejected)"
+    assert ax.get_ylabel() == "Fraction of decided jobs"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "2"]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == [0.5, 0.5, 0.5, 0.5]  # each policy: half rejected, half at degree 2
+    assert fig.legends
+
+
+def test_occupancy_is_a_step_function_of_held_servers() -> None:
+    jobs = pd.DataFrame({"start_time_s": [0.0, 5.0, np.nan], "jct_s": [10.0, 10.0, np.nan],
+                         "num_servers": [2, 4, 0]})
+    steps = occupancy_over_time(jobs)
+    assert steps["time_s"].tolist() == [0.0, 5.0, 10.0, 15.0]
+    assert steps["servers_held"].tolist() == [2, 6, 4, 0]
+    assert steps["jobs_running"].tolist() == [1, 2, 1, 0]
+    # (2*5 + 6*5 + 4*5) / 15 servers
+    assert time_average(steps, "servers_held") == pytest.approx(4.0)
+
+
+def test_utilisation_timeline(jobs: pd.DataFrame) -> None:
+    fig = plot_utilisation_timeline(jobs, num_servers=32, title="Para_max, β A, seed 0")
+    top, bottom = visible_axes(fig)
+    assert top.get_ylabel() == "Servers held (fraction of cluster)"
+    assert bottom.get_ylabel() == "Jobs running (count)"
+    assert bottom.get_xlabel() == "Simulated time (s)"
+    assert max(top.lines[0].get_ydata()) == pytest.approx(8 / 32)  # 4 jobs x 2 servers at once
+    assert top.get_legend() and bottom.get_legend()
+    assert fig.get_suptitle().endswith("Para_max, β A, seed 0")
+
+
+def test_save_figure_writes_png_and_svg(tmp_path: Path, runs: pd.DataFrame) -> None:
+    paths = save_figure(plot_blocking_vs_load(runs), tmp_path / "figures", "load")
+    assert [p.name for p in paths] == ["load.png", "load.svg"]
+    assert paths[0].read_bytes().startswith(b"\x89PNG")
+    assert "<svg" in paths[1].read_text()

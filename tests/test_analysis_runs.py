@@ -1,0 +1,125 @@
+"""Loading sweeps: one row per finished run; missing or corrupt summaries are warned about and skipped."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.runs import (
+    cluster_num_servers,
+    config_columns,
+    load_jobs,
+    load_run_config,
+    load_sweep,
+    load_sweep_jobs,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+JOBS_CSV = """job_id,model,arrival_time_s,beta,sequential_jct_s,max_jct_s,degree,num_servers,servers,outcome,block_reason,jct_s,start_time_s,completion_time_s,speedup,demand_bytes,cluster_bytes,busy_server_s
+0,gnmt,0.0,0.5,100.0,50.0,2,2,0-0-0 1-0-0,completed,,50.0,0.0,50.0,2.0,1e9,2e9,100.0
+1,gnmt,10.0,0.2,100.0,20.0,0,0,,blocked,rejected,nan,nan,nan,nan,1e9,nan,nan
+"""
+
+
+def write_run(root: Path, name: str, policy: str = "para_max", beta: str = "A", seed: int = 0,
+              blocking_rate: float = 0.25, mean_interarrival_s: float = 1000.0,
+              overrides: tuple[str, ...] = ()) -> Path:
+    """A fake finished run directory like pacml-sim writes."""
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(
+        "cluster:\n  num_comm_groups: 4\n  num_racks_per_group: 4\n  num_servers_per_rack: 2\n"
+        f"seed: {seed}\n")
+    (run / ".hydra" / "overrides.yaml").write_text(
+        "".join(f"- {o}\n" for o in (f"policy={policy}", f"seed={seed}", "progress=false", *overrides)))
+    summary = {"blocking_rate": blocking_rate, "num_jobs_arrived": 4, "demand_throughput_Bps": 2.0e7,
+               "blocked_by_reason": {"rejected": 1, "no_placement": 0, "jct_target": 0,
+                                     "running_at_horizon": 0},
+               "seed": seed, "horizon_accounting": "paper",
+               "config": {"scenario": "paper", "policy": policy, "beta": beta, "seed": seed,
+                          "mean_interarrival_s": mean_interarrival_s, "horizon_s": 1e6}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "jobs.csv").write_text(JOBS_CSV)
+    return run
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """Three finished runs (one nested a level deeper), one unfinished, one corrupt."""
+    write_run(tmp_path, "beta=A,policy=para_max,seed=0", seed=0, blocking_rate=0.2)
+    write_run(tmp_path, "beta=A,policy=para_max,seed=1", seed=1, blocking_rate=0.3)
+    write_run(tmp_path / "more", "beta=B,policy=random,seed=0", policy="random", beta="B",
+              overrides=("policy.degree=4",))
+    (write_run(tmp_path, "unfinished", policy="random") / "summary.json").unlink()
+    (write_run(tmp_path, "corrupt", policy="random") / "summary.json").write_text('{"blocking_ra')
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    return tmp_path
+
+
+def test_load_sweep_reads_finished_runs_and_warns_about_the_rest(
+        sweep: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="analysis.runs"):
+        runs = load_sweep(sweep)
+    assert len(runs) == 3
+    assert sorted(runs["policy"]) == ["para_max", "para_max", "random"]
+    assert runs.loc[runs["policy"] == "para_max", "blocking_rate"].tolist() == [0.2, 0.3]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert any("unfinished" in w and "no summary.json" in w for w in warnings)
+    assert any("corrupt" in w and "unreadable summary.json" in w for w in warnings)
+
+
+def test_load_sweep_flattens_config_reasons_and_nested_overrides(sweep: Path) -> None:
+    runs = load_sweep(sweep)
+    row = runs[runs["policy"] == "random"].iloc[0]
+    assert row["beta"] == "B" and row["scenario"] == "paper" and row["mean_interarrival_s"] == 1000.0
+    assert row["horizon_accounting"] == "paper"
+    assert row["num_blocked_rejected"] == 1 and row["num_blocked_running_at_horizon"] == 0
+    assert row["policy.degree"] == 4
+    assert "config" not in runs.columns and "blocked_by_reason" not in runs.columns
+    assert "progress" not in runs.columns
+    assert config_columns(runs)[-1] == "policy.degree"
+
+
+def test_load_sweep_of_an_empty_directory_is_empty(tmp_path: Path) -> None:
+    runs = load_sweep(tmp_path)
+    assert runs.empty and "policy" in runs.columns
+
+
+def test_load_jobs_and_sweep_jobs(sweep: Path) -> None:
+    run = sweep / "beta=A,policy=para_max,seed=0"
+    jobs = load_jobs(run)
+    assert jobs["outcome"].tolist() == ["completed", "blocked"]
+    assert jobs["block_reason"].tolist() == ["", "rejected"]
+    assert jobs["servers"].tolist() == ["0-0-0 1-0-0", ""]
+    assert pd.isna(jobs.loc[1, "jct_s"])
+
+    tagged = load_sweep_jobs(load_sweep(sweep))
+    assert len(tagged) == 6
+    # The run's beta distribution name does not overwrite the job's beta value.
+    assert set(tagged["beta"]) == {"A", "B"} and set(tagged["job_beta"]) == {0.5, 0.2}
+    assert set(tagged["policy"]) == {"para_max", "random"}
+
+
+def test_run_config_gives_the_cluster_size(sweep: Path) -> None:
+    config = load_run_config(sweep / "beta=A,policy=para_max,seed=0")
+    assert cluster_num_servers(config) == 32
+    assert cluster_num_servers({}) is None
+    assert load_run_config(sweep / "nowhere") == {}
+
+
+def test_analysis_reads_outputs_and_never_imports_the_simulator() -> None:
+    for path in sorted((ROOT / "analysis").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {n.module.split(".")[0] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+        assert not modules & {"simulator", "pacml", "torch"}, path
+        text = path.read_text()
+        assert "matplotlib.pyplot" not in text and "import pyplot" not in text, path
