@@ -287,13 +287,14 @@ def _summary_table(summary: pd.DataFrame, groups: list[str]) -> str:
     rank = {p: i for i, p in enumerate(ordered_policies(summary["policy"]))}
     keys = sorted(summary[groups].drop_duplicates().itertuples(index=False, name=None),
                   key=lambda key: rank[key[0]])
-    header = [*groups, "n", *(heading for heading, _, _ in SUMMARY_METRICS.values())]
+    metrics = {m: spec for m, spec in SUMMARY_METRICS.items() if m in set(summary["metric"])}
+    header = [*groups, "n", *(heading for heading, _, _ in metrics.values())]
     rows = []
     for policy, *rest in keys:
         key = (policy, *rest)
         cells = [policy_label(policy), *(f"{v:g}" if isinstance(v, float) else str(v) for v in rest),
                  str(int(wide.loc[(*key, "blocking_rate"), "n"]))]
-        for metric, (_, unit, fmt) in SUMMARY_METRICS.items():
+        for metric, (_, unit, fmt) in metrics.items():
             stat = wide.loc[(*key, metric)]
             cells.append(_pm(stat["mean"] / unit, (stat["ci_high"] - stat["mean"]) / unit, fmt))
         rows.append(cells)
