@@ -110,7 +110,7 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
     betas = sorted(stats["beta"].dropna().unique())
     policies = ordered_policies(stats["policy"])
     width = 0.8 / len(policies)
-    fig = Figure(figsize=(max(8.0, 1.6 * len(betas) + 0.4 * len(betas) * len(policies)), 7.5),
+    fig = Figure(figsize=(max(9.0, 1.6 * len(betas) + 0.4 * len(betas) * len(policies)), 7.5),
                  layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True)
     for ax, (metric, ylabel) in zip(axes, panels, strict=True):
@@ -249,7 +249,7 @@ def plot_utilisation_timeline(jobs: pd.DataFrame, num_servers: int, title: str =
                    label=f"time average ({mean:.3g})")
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(alpha=0.3)
     top.set_ylim(0, 1.05)
     bottom.set_xlabel("Simulated time (s)")
@@ -312,4 +312,4 @@ def _figure_legend(fig: Figure, last: str | None = None) -> None:
             seen.setdefault(label, handle)
     if last in seen:
         seen[last] = seen.pop(last)
-    fig.legend(list(seen.values()), list(seen), loc="outside right upper", title="Policy")
+    fig.legend(list(seen.values()), list(seen), loc="outside right center", title="Policy")
