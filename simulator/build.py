@@ -74,7 +74,8 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
             raise ConfigError(f"unknown keys {sorted(unknown)}", field="sim")
         knobs = SimKnobs(**data)  # type: ignore[arg-type]
     try:
-        partitioner = Partitioner(knobs.min_op_time_s, knobs.edge_sizing)  # type: ignore[arg-type]
+        partitioner = Partitioner(knobs.min_op_time_s, knobs.edge_sizing,  # type: ignore[arg-type]
+                                  split_sizes=topology.split_sizes)
         placer = OpPlacer(topology, partitioner, knobs.placement)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ConfigError(str(exc), field="sim") from None

@@ -114,29 +114,43 @@ class RampCommModel:
             return dur
         grouped = np.flatnonzero(dep_group >= 0)
         g = dep_group[grouped]
-        src, dst = dep_src_server[grouped], dep_dst_server[grouped]
         ns = self.topology.num_servers
-        # Symmetric iff the sorted (group, server) keys of sources and destinations agree.
-        ks = np.sort(g * ns + src)
-        kd = np.sort(g * ns + dst)
+        # Multiset of (group, server) over sources vs destinations: equal counts <=> symmetric.
+        # Dense counting when the key space is small, sorting (np.unique) when it is sparse.
+        src_keys = g * ns + dep_src_server[grouped]
+        dst_keys = g * ns + dep_dst_server[grouped]
+        if num_groups * ns <= 4 * len(g) + 1024:
+            keys = np.arange(num_groups * ns)
+            src_counts = np.bincount(src_keys, minlength=len(keys))
+            dst_counts = np.bincount(dst_keys, minlength=len(keys))
+        else:
+            keys, inv = np.unique(np.concatenate([src_keys, dst_keys]), return_inverse=True)
+            src_counts = np.bincount(inv[:len(g)], minlength=len(keys))
+            dst_counts = np.bincount(inv[len(g):], minlength=len(keys))
         collective = np.ones(num_groups, dtype=bool)
-        collective[np.unique(ks[ks != kd] // ns)] = False
+        collective[keys[src_counts != dst_counts] // ns] = False
         collective |= group_is_sync
         is_coll_dep = collective[g]
         if not is_coll_dep.any():
             return dur
-        g, src, dst = g[is_coll_dep], src[is_coll_dep], dst[is_coll_dep]
         idx = grouped[is_coll_dep]
+        g = g[is_coll_dep]
         group_bytes = np.bincount(g, weights=dep_bytes[idx], minlength=num_groups)
+        # Servers each collective touches, as (group, server) pairs.
+        touched = keys[(src_counts + dst_counts) > 0]
+        t_group, t_server = touched // ns, touched % ns
+        keep = collective[t_group]
+        t_group, t_server = t_group[keep], t_server[keep]
 
         def distinct(values: NDArray[np.int64], width: int) -> NDArray[np.int64]:
-            keys = np.unique(np.concatenate([g * width + values[src], g * width + values[dst]]))
-            return np.bincount(keys // width, minlength=num_groups)
+            seen = np.zeros(num_groups * width, dtype=bool)
+            seen[t_group * width + values[t_server]] = True
+            return seen.reshape(num_groups, width).sum(axis=1)
 
         cgs = distinct(self._cg, self.topology.num_comm_groups)
         racks = distinct(self._rack, int(self._rack.max()) + 1)
         nodes = distinct(self._node, self.topology.num_servers_per_rack)
-        servers = distinct(np.arange(ns), ns)
+        servers = np.bincount(t_group, minlength=num_groups)
         t = self.collective_s(group_bytes, cgs, racks, nodes)
         # No data or a single server: nothing crosses the network.
         t = np.where((servers <= 1) | (group_bytes <= 0), 0.0, t)

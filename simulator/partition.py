@@ -31,18 +31,25 @@ sub-op pairs; weight-sync messages carry the sub-op's parameter shard.
 """
 
 
-def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float) -> NDArray[np.int64]:
+def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
+                 split_sizes: tuple[int, ...] | None = None) -> NDArray[np.int64]:
     """Per forward op, its number of sub-ops at partition degree ``degree`` (spec §4.1).
 
     ``n = max(1, min(2 * ceil(ceil(c / quantum) / 2), degree))``; a zero-time op is never split.
     Computed with the same float operations as the original so split counts match exactly.
+    If ``split_sizes`` is given (the sizes that have a symmetric block on the cluster), ``n`` is
+    rounded down to the largest of them: the original would instead fail to place such an op
+    (e.g. 10 sub-ops on the paper RAMP; no paper graph has one at the paper's degrees).
     """
     if degree < 1:
         raise ValueError(f"degree must be >= 1, got {degree}")
     out = np.empty(graph.num_forward_ops, dtype=np.int64)
     for i, c in enumerate(graph.forward.forward_time_s.tolist()):
         even = math.ceil(math.ceil(c / min_op_time_s) / 2) * 2
-        out[i] = int(max(1, min(even, degree)))
+        n = int(max(1, min(even, degree)))
+        if split_sizes is not None and n not in split_sizes:
+            n = max((size for size in split_sizes if size <= n), default=1)
+        out[i] = n
     return out
 
 
@@ -221,15 +228,19 @@ class Partitioner:
         min_op_time_s: The SiP-ML quantum: ops are not split below this sub-op time
             (paper preset 0.01 in its time unit; physically 10 us for PipeDream profiles).
         edge_sizing: Dependency sizing rule (:data:`EdgeSizing`).
+        split_sizes: Split counts that can be placed (those with a symmetric block); others
+            are rounded down (see :func:`split_counts`). ``None`` keeps the raw rule.
     """
 
-    def __init__(self, min_op_time_s: float = 0.01, edge_sizing: EdgeSizing = "paper") -> None:
+    def __init__(self, min_op_time_s: float = 0.01, edge_sizing: EdgeSizing = "paper",
+                 split_sizes: tuple[int, ...] | None = None) -> None:
         if not (math.isfinite(min_op_time_s) and min_op_time_s > 0):
             raise ValueError(f"min_op_time_s must be > 0, got {min_op_time_s}")
         if edge_sizing not in ("paper", "activation"):
             raise ValueError(f"edge_sizing must be 'paper' or 'activation', got {edge_sizing!r}")
         self.min_op_time_s = float(min_op_time_s)
         self.edge_sizing: EdgeSizing = edge_sizing
+        self.split_sizes = None if split_sizes is None else tuple(sorted(split_sizes))
         self._splits: dict[tuple[str, int], NDArray[np.int64]] = {}
         self._graphs: dict[tuple[str, int], PartitionedGraph] = {}
 
@@ -237,7 +248,7 @@ class Partitioner:
         """Split counts per forward op (cached)."""
         key = (graph.fingerprint, degree)
         if key not in self._splits:
-            out = split_counts(graph, degree, self.min_op_time_s)
+            out = split_counts(graph, degree, self.min_op_time_s, self.split_sizes)
             out.setflags(write=False)
             self._splits[key] = out
         return self._splits[key]

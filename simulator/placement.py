@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.partition import Partitioner
-from simulator.topology import Block, RampTopology
+from simulator.topology import Block, RampTopology, mask_words
 from workloads.graph import TrainingGraph, topological_order
 
 PlacementMode = Literal["op_first_fit", "block"]
@@ -104,6 +104,7 @@ class OpPlacer:
         self.partitioner = partitioner
         self.mode: PlacementMode = mode
         self._cache: dict[tuple, Placement | None] = {}
+        self._allowed_cache: dict[tuple[int, int], tuple[Block, ...]] = {}
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
 
     def _graph_structure(self, graph: TrainingGraph) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
@@ -154,9 +155,27 @@ class OpPlacer:
         self._cache[key] = result
         return result
 
+    def _allowed_blocks(self, n: int, allowed: int) -> tuple[Block, ...]:
+        """Blocks of ``n`` servers that lie inside ``allowed``, in first-fit order (cached)."""
+        key = (n, allowed)
+        found = self._allowed_cache.get(key)
+        if found is None:
+            if len(self._allowed_cache) >= self.MAX_CACHE_ENTRIES:
+                self._allowed_cache.clear()
+            topo = self.topology
+            outside = ~mask_words(allowed, topo.num_words)
+            inside = ~(topo.block_words(n) & outside).any(axis=1)
+            blocks = topo.blocks(n)
+            found = tuple(blocks[i] for i in np.flatnonzero(inside).tolist())
+            self._allowed_cache[key] = found
+        return found
+
     def _place(self, graph: TrainingGraph, degree: int, allowed: int) -> Placement | None:
         order, parents = self._graph_structure(graph)
         splits = self.partitioner.splits(graph, degree).tolist()
+        # Fail fast: every split size the graph uses needs at least one allowed block.
+        if any(not self._allowed_blocks(n, allowed) for n in set(splits)):
+            return None
         fwd = graph.forward
         # An op and its backward mirror are mounted together: each needs its memory share.
         pair_mem = (2 * (fwd.activation_bytes + fwd.parameter_bytes)).tolist()
@@ -173,9 +192,7 @@ class OpPlacer:
                     chosen = ps
                     break
             if chosen is None:
-                for blk in self.topology.blocks(n):
-                    if blk.mask & ~allowed:
-                        continue
+                for blk in self._allowed_blocks(n, allowed):
                     if all(free_mem.get(s, capacity) >= need for s in blk.servers):
                         chosen = blk.servers
                         break
@@ -195,3 +212,4 @@ class OpPlacer:
     def clear_cache(self) -> None:
         """Drop cached placements (they stay valid; this only frees memory)."""
         self._cache.clear()
+        self._allowed_cache.clear()

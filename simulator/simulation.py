@@ -18,6 +18,7 @@ End of horizon (spec §8.2), ``horizon_accounting``:
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
@@ -114,6 +115,7 @@ class Simulation:
         self._pending: _Pending | None = None
         self._upcoming: JobSpec | None = None
         self._running: dict[int, _Running] = {}
+        self._ends: list[tuple[float, int]] = []  # (end time, job id) of running jobs
         self._request: simpy.Event = self.env.event()
         self._finished = self.env.event()
         self._decided = 0
@@ -180,8 +182,11 @@ class Simulation:
         return self._pending.job
 
     def _completion_due(self) -> bool:
-        now = self.env.now
-        return any(r.start_s + r.jct_s <= now for r in self._running.values())
+        """A running job's completion is due now but not processed yet (lazy-deletion heap)."""
+        heap = self._ends
+        while heap and heap[0][1] not in self._running:
+            heapq.heappop(heap)
+        return bool(heap) and heap[0][0] <= self.env.now
 
     def state(self) -> ClusterState:
         """Snapshot for the pending job's decision (includes its feasibility table)."""
@@ -253,6 +258,7 @@ class Simulation:
         run = _Running(job, degree, placement, jct_s, self.env.now, cluster_bytes, busy_server_s,
                        self.env.event())
         self._running[job.job_id] = run
+        heapq.heappush(self._ends, (run.start_s + jct_s, job.job_id))
         self.env.process(self._run_job(run))
 
     def _blocked(self, job: JobSpec, degree: int, reason: BlockReason, placement: Placement | None = None,

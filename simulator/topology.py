@@ -12,7 +12,15 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+from numpy.typing import NDArray
+
 from simulator.errors import ConfigError
+
+def mask_words(mask: int, num_words: int) -> NDArray[np.uint64]:
+    """A server bitmask as little-endian 64-bit words."""
+    return np.frombuffer(mask.to_bytes(8 * num_words, "little"), dtype=np.uint64)
+
 
 Shape = tuple[int, int, int]
 """A block shape ``(num CGs, num racks, num servers)``; ``z = -1`` marks a diagonal block."""
@@ -84,6 +92,7 @@ class RampTopology:
             for s in range(num_servers_per_rack))
         self._index = {xyz: i for i, xyz in enumerate(self.coords)}
         self._blocks: dict[int, tuple[Block, ...]] = {}
+        self._block_words: dict[int, NDArray[np.uint64]] = {}
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -143,6 +152,18 @@ class RampTopology:
             self._blocks[n] = self._enumerate_blocks(n)
         return self._blocks[n]
 
+    def block_words(self, n: int) -> NDArray[np.uint64]:
+        """Masks of :meth:`blocks` as a ``(num_blocks, words)`` uint64 array (vectorised tests)."""
+        if n not in self._block_words:
+            self._block_words[n] = np.array([mask_words(b.mask, self.num_words) for b in self.blocks(n)],
+                                            dtype=np.uint64).reshape(-1, self.num_words)
+        return self._block_words[n]
+
+    @property
+    def num_words(self) -> int:
+        """64-bit words needed to hold one server bitmask."""
+        return (self.num_servers + 63) // 64
+
     def _enumerate_blocks(self, n: int) -> tuple[Block, ...]:
         C, R, S = self.shape
         out: dict[tuple[int, ...], Block] = {}
@@ -174,6 +195,12 @@ class RampTopology:
         """
         top = min(self.max_degree, self.num_servers)
         return (1, *(n for n in range(2, top + 1, 2) if self.block_shapes(n)))
+
+    @cached_property
+    def split_sizes(self) -> tuple[int, ...]:
+        """Every sub-op count up to ``max_degree`` that has a symmetric block (odd ones included)."""
+        top = min(self.max_degree, self.num_servers)
+        return tuple(n for n in range(1, top + 1) if self.block_shapes(n))
 
     def __repr__(self) -> str:
         C, R, S = self.shape
