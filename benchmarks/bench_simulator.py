@@ -21,7 +21,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
-from simulator.build import build_feasibility, build_policy, build_simulation, build_topology
+from simulator.build import build_feasibility, build_policy, build_simulation
 from simulator.topology import RampTopology
 from workloads.graph import TrainingGraph
 from workloads.loaders import load_graph_set

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
 
+
 def mask_words(mask: int, num_words: int) -> NDArray[np.uint64]:
     """A server bitmask as little-endian 64-bit words."""
     return np.frombuffer(mask.to_bytes(8 * num_words, "little"), dtype=np.uint64)
