@@ -72,6 +72,10 @@ class ClusterState:
         occupied_mask: Bitmask of servers held by running jobs.
         num_running_jobs: Jobs currently running.
         feasibility: The shared feasibility function evaluated for the arriving job.
+        releases: ``(end_time_s, num_servers)`` of every running job, by end time (a job's JCT
+            is known when it starts, so a scheduler knows when servers come back).
+        horizon_s: Last arrival time of the episode (``None`` if open-ended).
+        mean_interarrival_s: Mean gap between the arrivals seen so far (``nan`` at the first).
     """
 
     time_s: float
@@ -79,6 +83,9 @@ class ClusterState:
     occupied_mask: int
     num_running_jobs: int
     feasibility: FeasibilityTable
+    releases: tuple[tuple[float, int], ...] = ()
+    horizon_s: float | None = None
+    mean_interarrival_s: float = float("nan")
 
     @property
     def num_servers(self) -> int:

@@ -52,18 +52,31 @@ def run_config(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | N
     summary["config"] = {**(choices or {}), "seed": int(cfg.seed),
                          "mean_interarrival_s": cfg.get("mean_interarrival_s"),
                          "horizon_s": cfg.get("horizon_s")}
+    summary["resolved_config"] = _comparable(cfg)
     write_run_files(out, result.records, summary)
     return summary
 
 
+def _comparable(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config minus keys that do not change results (for the resume check)."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(data, dict)
+    for key in ("progress", "skip_finished", "out_dir"):
+        data.pop(key, None)
+    return data
+
+
 def _already_done(out: Path, cfg: DictConfig) -> bool:
-    """A previous run wrote ``summary.json`` here for this same config."""
-    summary, saved = out / "summary.json", out / ".hydra" / "config.yaml"
-    if not summary.is_file() or not saved.is_file():
+    """A previous run wrote ``summary.json`` here for this same config.
+
+    Compared with the config saved inside ``summary.json`` when that run finished (Hydra
+    rewrites ``.hydra/config.yaml`` before every run, so that file cannot tell).
+    """
+    summary = out / "summary.json"
+    if not summary.is_file():
         return False
     try:
-        json.loads(summary.read_text())
-        return OmegaConf.load(saved) == cfg
+        return json.loads(summary.read_text()).get("resolved_config") == _comparable(cfg)
     except (ValueError, OSError):
         return False
 

@@ -119,6 +119,8 @@ class Simulation:
         self._request: simpy.Event = self.env.event()
         self._finished = self.env.event()
         self._decided = 0
+        self._num_arrived = 0
+        self._first_arrival_s = 0.0
         self._finalized = False
         self._wall_start = time.perf_counter()
         self.env.process(self._arrivals())
@@ -134,6 +136,9 @@ class Simulation:
             if job.arrival_time_s > self.env.now:
                 yield self.env.timeout(job.arrival_time_s - self.env.now)
             self._upcoming = None
+            if self._num_arrived == 0:
+                self._first_arrival_s = self.env.now
+            self._num_arrived += 1
             self._pending = _Pending(job, self.env.event())
             self._request.succeed(job)
             yield self._pending.answered
@@ -192,10 +197,14 @@ class Simulation:
         """Snapshot for the pending job's decision (includes its feasibility table)."""
         if self._pending is None or self._pending.table is None:
             raise RuntimeError("no job is waiting for a decision")
+        releases = tuple(sorted((r.start_s + r.jct_s, r.placement.num_servers) for r in self._running.values()))
+        gaps = self._num_arrived - 1
+        mean_gap = (self.env.now - self._first_arrival_s) / gaps if gaps > 0 else float("nan")
         return ClusterState(time_s=self.env.now, topology=self.topology,
                             occupied_mask=self.cluster.occupied_mask,
                             num_running_jobs=self.cluster.num_running_jobs,
-                            feasibility=self._pending.table)
+                            feasibility=self._pending.table, releases=releases,
+                            horizon_s=self.horizon_s, mean_interarrival_s=mean_gap)
 
     def apply(self, decision: Decision) -> JobRecord | None:
         """Apply ``decision`` to the pending job.

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "workloads": {"torch", "torch_geometric", "gymnasium", "simpy", "simulator", "pacml", "analysis", "matplotlib"},
     "simulator": {"torch", "torch_geometric", "gymnasium", "pacml", "analysis", "matplotlib"},
+    "analysis": {"torch", "torch_geometric", "gymnasium", "simulator", "pacml", "simpy"},
 }
 
 

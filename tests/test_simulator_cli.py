@@ -32,6 +32,10 @@ def test_a_run_writes_jobs_and_summary_beside_its_config(tmp_path: Path) -> None
     mtime = (run / "summary.json").stat().st_mtime_ns
     again = run_sim("scenario=paper", "policy=para_min", "beta=D", "seed=1", "horizon_s=1e5", cwd=tmp_path)
     assert again.returncode == 0 and (run / "summary.json").stat().st_mtime_ns == mtime
+    # A different config in the same directory runs again.
+    changed = run_sim("scenario=paper", "policy=para_min", "beta=D", "seed=1", "horizon_s=2e5", cwd=tmp_path)
+    assert changed.returncode == 0
+    assert json.loads((run / "summary.json").read_text())["num_jobs_arrived"] == 201
 
 
 @pytest.mark.parametrize(("args", "expected"), [
