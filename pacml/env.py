@@ -1,0 +1,192 @@
+"""A Gymnasium environment over the simulator: one step per arriving job.
+
+``reset`` starts a fresh :class:`simulator.simulation.Simulation` episode and returns the first
+job's observation; ``step(action)`` applies ``Decision(degree=action)`` to the pending job,
+rewards its outcome and advances the simulation to the next arrival. The episode terminates when
+the simulation ends (the horizon, spec §8.2); there is no truncation.
+
+Observation (``gymnasium.spaces.Dict``):
+
+* ``graph``: the job's training graph as a ``spaces.Graph`` instance (node, edge features);
+* ``globals``: job and cluster features;
+* ``actions``: one feature row per action (from the shared feasibility function);
+* ``action_mask``: valid actions (``action_masks()`` returns it too, sb3-contrib style).
+
+An action the mask forbids is applied as 0 (reject) and reported in ``info["invalid_action"]``.
+The placer, lookahead and graph-feature caches persist across episodes, so later episodes run
+faster. Training episode seeds are drawn from ``[TRAIN_SEED_LOW, 2**31)``, disjoint from the
+evaluation seeds (below ``TRAIN_SEED_LOW``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from pacml.features import ACTION_FEATURES, EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
+from pacml.rewards import JobAcceptance, StepOutcome
+from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
+from simulator.feasibility import MaskKind
+from simulator.policy import Decision
+from simulator.simulation import Simulation
+from workloads.jobs import JobSpec
+
+#: Training episodes draw simulation seeds at or above this; evaluation seeds lie below it.
+TRAIN_SEED_LOW = 1_000_000
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_sim_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """The simulator config (``conf/sim.yaml``) with Hydra overrides, outside a Hydra app."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="sim", overrides=list(overrides))
+
+
+class ClusterEnv(gym.Env[dict, int]):
+    """Job partitioning on the RAMP cluster as a Gymnasium environment.
+
+    Args:
+        sim_config: A composed simulator config (``conf/sim.yaml``); ``None`` composes the
+            default (paper scenario) with ``overrides``.
+        overrides: Hydra overrides used when ``sim_config`` is ``None`` (e.g. ``["beta=C"]``).
+        mask: Feasibility mask the agent acts under (``feasible``, ``placeable`` or ``paper``).
+        reward: Reward function of a :class:`~pacml.rewards.StepOutcome` (default +1/-1).
+        share_with: Another environment of the same config whose placer/lookahead caches,
+            workload and encoder this one shares (parallel environments warm one cache).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, sim_config: DictConfig | Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
+                 mask: MaskKind = "feasible", reward: Callable[[StepOutcome], float] | None = None,
+                 share_with: ClusterEnv | None = None) -> None:
+        super().__init__()
+        if sim_config is None:
+            sim_config = compose_sim_config(overrides)
+        elif not isinstance(sim_config, DictConfig):
+            sim_config = OmegaConf.create(dict(sim_config))
+        self.sim_config = sim_config
+        if share_with is not None:
+            self.topology, self.feasibility = share_with.topology, share_with.feasibility
+            self.workload = share_with.workload
+        else:
+            self.topology = build_topology(sim_config)
+            self.feasibility = build_feasibility(self.topology, sim_config.get("sim", {}))
+            self.workload = build_workload(sim_config)
+        self.max_degree = max(self.topology.degrees)
+        fallback = float(sim_config.get("mean_interarrival_s") or 1.0)
+        self.encoder = Encoder(self.max_degree, mask, fallback_interarrival_s=fallback)
+        if share_with is not None and share_with.encoder.mask == mask:
+            self.encoder = share_with.encoder
+        self.reward_fn = reward if reward is not None else JobAcceptance()
+        n_actions = self.max_degree + 1
+        self.action_space = spaces.Discrete(n_actions)
+        self.observation_space = spaces.Dict({
+            "graph": spaces.Graph(node_space=spaces.Box(0.0, 1.0, (NODE_FEATURES,), np.float32),
+                                  edge_space=spaces.Box(0.0, 1.0, (EDGE_FEATURES,), np.float32)),
+            "globals": spaces.Box(-10.0, 10.0, (GLOBAL_FEATURES,), np.float32),
+            "actions": spaces.Box(-1.0, 10.0, (n_actions, ACTION_FEATURES), np.float32),
+            "action_mask": spaces.MultiBinary(n_actions),
+        })
+        self.sim: Simulation | None = None
+        self._job: JobSpec | None = None
+        self._obs: dict[str, Any] | None = None
+        self._raw: dict[str, Any] | None = None
+        self.episode_seed: int | None = None
+        self.episode_actions: list[int] = []
+        self.episode_return = 0.0
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        """Start an episode; ``options={"sim_seed": s}`` fixes the simulation seed (evaluation)."""
+        super().reset(seed=seed)
+        options = options or {}
+        if "sim_seed" in options:
+            sim_seed = int(options["sim_seed"])
+        else:
+            sim_seed = int(self.np_random.integers(TRAIN_SEED_LOW, 2**31 - 1))
+        self.episode_seed = sim_seed
+        self.episode_actions = []
+        self.episode_return = 0.0
+        self.sim = build_simulation(self.sim_config, seed=sim_seed, feasibility=self.feasibility,
+                                    workload=self.workload)
+        self._job = self.sim.next_job()
+        if self._job is None:
+            raise RuntimeError("the episode has no arrivals (check horizon_s and the arrival process)")
+        self._encode()
+        return self._obs, self._info()
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        """Decide the pending job's degree and advance to the next arrival."""
+        assert self.sim is not None and self._job is not None, "call reset() before step()"
+        assert self.action_space.contains(action), f"{action!r} is not in {self.action_space}"
+        action = int(action)
+        invalid = not bool(self._raw["action_mask"][action])
+        degree = 0 if invalid else action
+        job = self._job
+        record = self.sim.apply(Decision(degree))
+        self.episode_actions.append(action)
+        reward = float(self.reward_fn(StepOutcome(job, degree, record is None, record)))
+        self.episode_return += reward
+        self._job = self.sim.next_job()
+        info: dict[str, Any] = {"invalid_action": invalid, "accepted": record is None}
+        terminated = self._job is None
+        if terminated:
+            result = self.sim.finalize()
+            info["summary"] = result.summary
+            info["episode_return"] = self.episode_return
+        else:
+            self._encode()
+            info.update(self._info())
+        return self._obs, reward, terminated, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions of the pending job (bool array; the sb3-contrib convention)."""
+        assert self._raw is not None, "call reset() first"
+        return self._raw["action_mask"].copy()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def raw_observation(self) -> dict[str, Any]:
+        """The encoder's output for the pending job (graph features object, arrays)."""
+        assert self._raw is not None, "call reset() first"
+        return self._raw
+
+    def _encode(self) -> None:
+        assert self.sim is not None and self._job is not None
+        raw = self.encoder.encode(self._job, self.sim.state())
+        self._raw = raw
+        g = raw["graph"]
+        self._obs = {
+            # Fresh arrays: callers may keep or modify what they are given (graph features are cached).
+            "graph": spaces.GraphInstance(nodes=g.nodes.copy(), edges=g.edges.copy(), edge_links=g.edge_index.T.copy()),
+            "globals": np.clip(raw["globals"], -10.0, 10.0),
+            "actions": raw["actions"],
+            "action_mask": raw["action_mask"].astype(np.int8),
+        }
+
+    def _info(self) -> dict[str, Any]:
+        assert self._job is not None
+        return {"graph_key": self._job.graph.fingerprint, "job_id": self._job.job_id, "model": self._job.model}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Enough to rebuild this env's exact state: episode seed, actions so far, RNG state."""
+        return {"episode_seed": self.episode_seed, "actions": list(self.episode_actions),
+                "np_random": self.np_random.bit_generator.state}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Rebuild the state of :meth:`snapshot` by replaying the episode (the simulator is
+        deterministic given its seed and the actions)."""
+        self.reset(options={"sim_seed": snap["episode_seed"]})
+        for action in snap["actions"]:
+            _, _, terminated, _, _ = self.step(action)
+            if terminated:
+                raise RuntimeError("snapshot replay ended the episode early")
+        self.np_random.bit_generator.state = snap["np_random"]

@@ -1,0 +1,132 @@
+"""The learned policy behind the simulator's policy interface (``policy=pacml``).
+
+``PacMLPolicy`` loads a policy checkpoint written by ``pacml-train`` and decides each arriving
+job from the same encoder the environment uses. Graph embeddings are cached per graph (they do
+not depend on the cluster), so a decision costs one small MLP pass plus feature building.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pacml.features import Encoder
+from pacml.model import ActorCritic, graph_data
+from simulator.cluster import ClusterState
+from simulator.errors import ConfigError
+from simulator.policy import Decision
+from workloads.io import atomic_write
+from workloads.jobs import JobSpec
+
+log = logging.getLogger(__name__)
+
+POLICY_FORMAT = "pacml-policy"
+POLICY_VERSION = 1
+#: Where shipped checkpoints live (``pacml/checkpoints/<name>/policy.pt``).
+SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+
+
+def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
+    """Write a self-contained policy checkpoint atomically."""
+    payload = {"format": POLICY_FORMAT, "version": POLICY_VERSION, "model_config": model.config,
+               "model": model.state_dict(),
+               "encoder": {"max_degree": encoder.max_degree, "mask": encoder.mask,
+                           "fallback_interarrival_s": encoder.fallback_interarrival_s},
+               "meta": meta or {}}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint path as given, or relative to the shipped checkpoints; a directory means
+    its ``policy.pt``."""
+    candidates = [Path(path), SHIPPED_DIR / str(path)]
+    for cand in candidates:
+        if cand.is_dir():
+            cand = cand / "policy.pt"
+        if cand.is_file():
+            return cand
+    shipped = ", ".join(sorted(p.name for p in SHIPPED_DIR.glob("*") if p.is_dir())) or "none"
+    raise ConfigError(f"no policy checkpoint at {path!r} (shipped: {shipped})", field="policy.checkpoint")
+
+
+def load_policy(path: str | Path) -> tuple[ActorCritic, Encoder, dict[str, Any]]:
+    """Load a policy checkpoint: the model (eval mode), its encoder and its metadata."""
+    file = resolve_checkpoint(path)
+    try:
+        payload = torch.load(file, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many types for a corrupt file
+        raise ConfigError(f"cannot read policy checkpoint {file}: {exc}", field="policy.checkpoint") from None
+    if not isinstance(payload, dict) or payload.get("format") != POLICY_FORMAT:
+        raise ConfigError(f"{file} is not a pacml policy checkpoint", field="policy.checkpoint")
+    model = ActorCritic(**payload["model_config"])
+    model.load_state_dict(payload["model"])
+    model.eval()
+    enc = payload["encoder"]
+    encoder = Encoder(enc["max_degree"], enc["mask"], enc["fallback_interarrival_s"])
+    return model, encoder, payload.get("meta", {})
+
+
+class PacMLPolicy:
+    """A trained PAC-ML agent as a simulator policy.
+
+    Args:
+        checkpoint: Policy file (or run directory holding ``policy.pt``, or a shipped name such
+            as ``paper_betaC``).
+        deterministic: Take the most probable valid degree (default) or sample.
+        model: Use this in-memory model instead of a file (training-time evaluation).
+        encoder: The encoder that goes with ``model``.
+    """
+
+    def __init__(self, checkpoint: str | Path | None = None, deterministic: bool = True,
+                 model: ActorCritic | None = None, encoder: Encoder | None = None) -> None:
+        if model is None:
+            if checkpoint is None:
+                raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
+            model, encoder, self.meta = load_policy(checkpoint)
+        else:
+            self.meta = {}
+        assert encoder is not None
+        self.model = model
+        self.encoder = encoder
+        self.deterministic = deterministic
+        self._embeddings: dict[str, torch.Tensor] = {}
+        self._generator = torch.Generator().manual_seed(0)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reseed sampling (used only when not deterministic); keep cached embeddings."""
+        self._generator.manual_seed(0 if seed is None else int(seed))
+
+    def _embedding(self, job: JobSpec) -> torch.Tensor:
+        key = job.graph.fingerprint
+        emb = self._embeddings.get(key)
+        if emb is None:
+            with torch.no_grad():
+                emb = self.model.embed([graph_data(self.encoder.graph(job.graph))])
+            self._embeddings[key] = emb
+        return emb
+
+    def action_probabilities(self, job: JobSpec, state: ClusterState) -> torch.Tensor:
+        """Probability of every action ``0..max_degree`` (0 where masked)."""
+        obs = self.encoder.encode(job, state)
+        with torch.no_grad():
+            logits, _ = self.model(self._embedding(job), torch.from_numpy(obs["globals"]).unsqueeze(0),
+                                   torch.from_numpy(obs["actions"]).unsqueeze(0),
+                                   torch.from_numpy(obs["action_mask"]).unsqueeze(0))
+        return torch.softmax(logits, dim=1)[0]
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """The agent's degree for ``job`` (0 rejects)."""
+        probs = self.action_probabilities(job, state)
+        if self.deterministic:
+            action = int(torch.argmax(probs))
+        else:
+            action = int(torch.multinomial(probs, 1, generator=self._generator))
+        if action and action not in state.feasibility.degrees:
+            return Decision(0)
+        return Decision(action)

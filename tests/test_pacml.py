@@ -1,0 +1,217 @@
+"""The PAC-ML agent: environment contract, GNN, PPO maths, training, resume and the policy plug-in."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+
+import pacml
+from pacml.env import ClusterEnv, compose_sim_config
+from pacml.features import ACTION_FEATURES, GLOBAL_FEATURES, GraphFeatures, graph_features
+from pacml.model import ActorCritic, GraphEncoder, graph_data
+from pacml.policy import PacMLPolicy, load_policy
+from pacml.ppo import PPOConfig, Trainer, compute_gae
+from simulator.build import build_simulation
+from simulator.policy import Decision
+from tests.conftest import make_graph
+from workloads.graph import TrainingGraph
+
+SHORT = ["scenario=paper", "beta=C", "horizon_s=3e4"]  # 31 arrivals per episode
+
+
+@pytest.fixture(scope="module")
+def short_config():
+    return compose_sim_config(SHORT)
+
+
+# ---------------------------------------------------------------- environment
+def test_env_passes_the_gymnasium_checker(short_config) -> None:
+    check_env(ClusterEnv(short_config), skip_render_check=True)
+
+
+def test_env_is_registered() -> None:
+    import gymnasium as gym
+
+    env = gym.make(pacml.ENV_ID, overrides=SHORT)
+    obs, info = env.reset(seed=3)
+    assert env.unwrapped.action_masks().shape == (17,)
+    assert obs["globals"].shape == (GLOBAL_FEATURES,)
+    assert obs["actions"].shape == (17, ACTION_FEATURES)
+    assert info["model"] in {"alexnet", "gnmt", "resnet18", "squeezenet1_0", "vgg16"}
+
+
+def test_mask_comes_from_the_feasibility_function_and_unmasked_actions_are_accepted(short_config) -> None:
+    env = ClusterEnv(short_config)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    done = False
+    while not done:
+        mask = env.action_masks()
+        table = env.sim.state().feasibility
+        assert mask[0]
+        for d in range(1, 17):
+            assert mask[d] == (d in table.degrees and table.feasible(d))
+        action = int(rng.choice(np.flatnonzero(mask[1:]) + 1)) if mask[1:].any() else 0
+        _, reward, done, truncated, info = env.step(action)
+        assert not truncated
+        assert info["accepted"] == (action != 0)
+        assert reward == (1.0 if action else -1.0)
+
+
+def test_masked_action_is_applied_as_reject(short_config) -> None:
+    env = ClusterEnv(short_config)
+    env.reset(seed=1)
+    bad = int(np.flatnonzero(~env.action_masks())[0])
+    _, reward, _, _, info = env.step(bad)
+    assert info["invalid_action"] and reward == -1.0
+
+
+def test_env_is_deterministic_per_seed(short_config) -> None:
+    def rollout() -> list:
+        env = ClusterEnv(short_config)
+        obs, _ = env.reset(seed=42)
+        trace, done = [], False
+        while not done:
+            action = int(np.flatnonzero(env.action_masks())[-1])
+            obs, reward, done, _, _ = env.step(action)
+            trace.append((action, reward, obs["globals"].tobytes()))
+        return trace
+
+    assert rollout() == rollout()
+
+
+# ---------------------------------------------------------------- model
+def _tiny_graph() -> GraphFeatures:
+    g = make_graph("t", [(1.0, 2.0, 5, 1), (3.0, 1.0, 2, 2), (0.5, 0.5, 1, 0), (2.0, 2.0, 4, 4)],
+                   [(0, 1), (0, 2), (1, 3), (2, 3)])
+    return graph_features(TrainingGraph(g))
+
+
+def test_model_output_shapes() -> None:
+    torch.manual_seed(0)
+    model = ActorCritic(hidden_channels=16, num_layers=2)
+    emb = model.embed([graph_data(_tiny_graph()), graph_data(_tiny_graph())])
+    assert emb.shape == (2, 32)
+    logits, value = model(emb, torch.randn(2, GLOBAL_FEATURES), torch.randn(2, 17, ACTION_FEATURES),
+                          torch.ones(2, 17, dtype=torch.bool))
+    assert logits.shape == (2, 17) and value.shape == (2,)
+
+
+def test_graph_embedding_is_invariant_to_node_order() -> None:
+    torch.manual_seed(0)
+    enc = GraphEncoder(hidden_channels=16, num_layers=3)
+    data = graph_data(_tiny_graph())
+    perm = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(1))
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(len(perm))
+    x2 = data.x[perm]
+    ei2 = inverse[data.edge_index]
+    batch = torch.zeros(data.num_nodes, dtype=torch.long)
+    out1 = enc(data.x, data.edge_index, data.edge_attr, batch)
+    out2 = enc(x2, ei2, data.edge_attr, batch)
+    assert torch.allclose(out1, out2, atol=1e-5)
+
+
+def test_masked_actions_get_zero_probability() -> None:
+    torch.manual_seed(0)
+    model = ActorCritic(hidden_channels=16, num_layers=2)
+    emb = model.embed([graph_data(_tiny_graph())]).expand(64, -1)
+    mask = torch.zeros(64, 17, dtype=torch.bool)
+    mask[:, [0, 4, 16]] = True
+    logits, _ = model(emb, torch.randn(64, GLOBAL_FEATURES) * 5, torch.randn(64, 17, ACTION_FEATURES) * 5, mask)
+    probs = torch.softmax(logits, dim=1)
+    assert torch.all(probs[~mask] == 0)
+    dist = torch.distributions.Categorical(logits=logits)
+    samples = dist.sample((200,))
+    assert mask.gather(1, samples.T).all()
+    assert torch.isfinite(dist.entropy()).all()
+
+
+# ---------------------------------------------------------------- PPO maths
+def test_gae_matches_a_hand_computed_example() -> None:
+    """T=3: rewards 1, 0, 2; values .5, .4, .3; the episode ends at t=1; V(next)=.6.
+
+    t=2: delta = 2 + .9*.6 - .3 = 2.24                     -> A2 = 2.24
+    t=1: terminal: delta = 0 - .4 = -.4                      -> A1 = -.4
+    t=0: delta = 1 + .9*.4 - .5 = .86; A0 = .86 + .9*.8*(-.4) = .572
+    """
+    adv, ret = compute_gae(torch.tensor([[1.0], [0.0], [2.0]]), torch.tensor([[0.5], [0.4], [0.3]]),
+                           torch.tensor([[0.0], [1.0], [0.0]]), torch.tensor([0.6]), gamma=0.9, gae_lambda=0.8)
+    assert torch.allclose(adv.squeeze(), torch.tensor([0.572, -0.4, 2.24]))
+    assert torch.allclose(ret.squeeze(), torch.tensor([1.072, 0.0, 2.54]))
+
+
+def test_gae_with_lambda_one_is_the_discounted_return_minus_value() -> None:
+    rewards = torch.tensor([[1.0], [1.0], [1.0]])
+    values = torch.zeros(3, 1)
+    adv, _ = compute_gae(rewards, values, torch.zeros(3, 1), torch.tensor([10.0]), gamma=0.5, gae_lambda=1.0)
+    assert torch.allclose(adv.squeeze(), torch.tensor([1 + 0.5 + 0.25 + 1.25, 1 + 0.5 + 2.5, 1 + 5.0]))
+
+
+# ---------------------------------------------------------------- training
+def _tiny_ppo(**kw) -> PPOConfig:
+    base = dict(total_steps=2 * 2 * 16, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2,
+                hidden_channels=16, num_layers=2, eval_every=1000, checkpoint_every=1, time_budget_s=None,
+                eval_seeds=[7], seed=3)
+    base.update(kw)
+    return PPOConfig(**base)
+
+
+def test_two_update_smoke_training_run(short_config, tmp_path: Path) -> None:
+    trainer = Trainer(short_config, _tiny_ppo(eval_every=1), tmp_path)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    summary = trainer.train(progress=False)
+    assert summary["updates"] == 2 and summary["global_step"] == 64
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    for name in ("checkpoint.pt", "policy.pt", "policy_last.pt", "metrics.csv", "train_summary.json"):
+        assert (tmp_path / name).is_file(), name
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    for key in ("losses/policy_loss", "losses/entropy", "losses/approx_kl", "eval/blocking_rate"):
+        assert key in header
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_resuming_gives_the_same_next_update_as_not_stopping(short_config, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    straight = Trainer(short_config, _tiny_ppo(total_steps=32), tmp_path / "a")
+    straight.train(progress=False)  # update 1, then checkpoint
+    shutil.copy(tmp_path / "a" / "checkpoint.pt", tmp_path / "after_one.pt")
+    straight.cfg.total_steps = 64
+    straight.train(progress=False)  # update 2 without stopping
+
+    resumed = Trainer(short_config, _tiny_ppo(total_steps=64), tmp_path / "b")
+    resumed.load_checkpoint(tmp_path / "after_one.pt")
+    assert resumed.update == 1
+    resumed.train(progress=False)  # update 2 after a restart
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert straight.history[-1]["losses/policy_loss"] == resumed.history[-1]["losses/policy_loss"]
+
+
+def test_trained_policy_runs_in_the_simulator(short_config, tmp_path: Path) -> None:
+    Trainer(short_config, _tiny_ppo(), tmp_path).train(progress=False)
+    policy = PacMLPolicy(tmp_path / "policy.pt")
+    sim = build_simulation(short_config, seed=11)
+    result = sim.run(policy)
+    assert result.summary["num_jobs_arrived"] == 31
+    model, encoder, meta = load_policy(tmp_path / "policy.pt")
+    assert encoder.max_degree == 16 and meta["global_step"] > 0
+
+
+def test_policy_never_chooses_an_infeasible_degree(short_config, tmp_path: Path) -> None:
+    Trainer(short_config, _tiny_ppo(), tmp_path).train(progress=False)
+    policy = PacMLPolicy(tmp_path / "policy.pt", deterministic=False)
+    sim = build_simulation(short_config, seed=5)
+    policy.reset(5)
+    while (job := sim.next_job()) is not None:
+        state = sim.state()
+        decision = policy.decide(job, state)
+        assert decision.degree == 0 or state.feasibility.feasible(decision.degree)
+        assert sim.apply(decision) is None or decision.degree == 0
+    sim.finalize()
+    assert Decision(0).degree == 0
