@@ -155,9 +155,9 @@ def test_gae_with_lambda_one_is_the_discounted_return_minus_value() -> None:
 
 # ---------------------------------------------------------------- training
 def _tiny_ppo(**kw) -> PPOConfig:
-    base = dict(total_steps=2 * 2 * 16, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2,
-                hidden_channels=16, num_layers=2, eval_every=1000, checkpoint_every=1, time_budget_s=None,
-                eval_seeds=[7], seed=3)
+    base = {"total_steps": 2 * 2 * 16, "num_envs": 2, "num_steps": 16, "num_minibatches": 2, "update_epochs": 2,
+                "hidden_channels": 16, "num_layers": 2, "eval_every": 1000, "checkpoint_every": 1, "time_budget_s": None,
+                "eval_seeds": [7], "seed": 3}
     base.update(kw)
     return PPOConfig(**base)
 

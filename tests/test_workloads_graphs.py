@@ -234,3 +234,20 @@ def test_written_json_is_valid_and_one_op_per_line(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.count('"id":') == graph.num_ops
     assert math.isclose(TrainingGraph(load_json_graph(path)).step_time_s, TrainingGraph(graph).step_time_s)
+
+
+def test_pacml_graph_cli_converts_validates_and_reports(tmp_path: Path, capsys) -> None:
+    from workloads.graph_cli import main
+
+    out = tmp_path / "r18.json"
+    with pytest.raises(SystemExit) as code:
+        main(["convert", "resnet18", str(out)])
+    assert code.value.code == 0 and load_json_graph(out).num_ops == 71
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "pacml-graph", "version": 1, "name": "x", "ops": [], "edges": []}')
+    with pytest.raises(SystemExit) as code:
+        main(["validate", str(out), str(bad)])
+    assert code.value.code == 2
+    captured = capsys.readouterr()
+    assert f"ok {out}" in captured.out
+    assert captured.err.strip() == f"pacml-graph: error: {bad}:1: field 'ops': must be a non-empty list of ops"
