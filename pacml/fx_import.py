@@ -1,0 +1,609 @@
+"""Bring your own model: turn a PyTorch ``nn.Module`` into a profiled :class:`OpGraph`.
+
+The module is traced with ``torch.fx.symbolic_trace`` and its example inputs are pushed
+through ``torch.fx.passes.shape_prop.ShapeProp`` to learn every node's output shape and dtype.
+
+Graph:
+    * One op per fx node of kind ``placeholder`` (an input op, zero time), ``call_module``,
+      ``call_function`` or ``call_method``, in fx node order (a topological order). Op ids
+      are the fx node names; labels say what the node runs (``Conv2d(conv1)``, ``add``).
+    * ``get_attr`` nodes (parameters, buffers, constants) are folded into their consumers;
+      the ``output`` node is dropped. The loss op is the last kept op feeding ``output``
+      (for a tuple output, the last one in op order).
+    * Edges follow fx data dependencies between kept ops, deduplicated, without self-loops.
+      An in-place op (``relu_``, ``inplace=True``, ``operator.iadd``) also gets an edge to
+      every later reader of the tensor it mutates, because those readers see its result
+      although fx records them as users of the original tensor.
+    * ``activation_bytes`` is numel x element size of the node's output (summed over the
+      tensors of a tuple output). ``parameter_bytes`` is the bytes of all parameters of a
+      ``call_module``'s module (recursive, so fx leaf modules with sub-modules count fully)
+      plus any ``nn.Parameter`` folded in through ``get_attr``; buffers and constants are
+      not parameters and count only as bytes moved. A parameter used by several ops is
+      charged to each (each op's device must hold it).
+    * Costs are for the batch in ``example_inputs``.
+
+Costs ``"estimate"`` (a roofline; no model execution beyond shape propagation):
+    forward_time_s = max(FLOPs / device_flops, bytes_moved / memory_bandwidth_Bps), where
+    bytes_moved = bytes of the node's tensor inputs (each input node once, folded
+    ``get_attr`` tensors included) + its module's parameters and buffers + its output.
+    A multiply-add counts as 2 FLOPs. ``N_out`` / ``N_in`` are the output / first-input numel:
+
+    * Linear (module or ``F.linear``): ``2 * N_out * in_features`` (+ ``N_out`` with bias).
+    * Conv1d/2d/3d (module or ``F.conv*``): ``2 * N_out * (C_in / groups) * prod(kernel)``
+      (+ ``N_out`` with bias); ``(C_in / groups) * prod(kernel)`` is ``prod(weight.shape[1:])``.
+    * ConvTranspose1d/2d/3d: ``2 * N_in * (C_out / groups) * prod(kernel)`` (+ ``N_out``).
+    * BatchNorm / LayerNorm / GroupNorm / InstanceNorm, training mode: 4 FLOPs per output
+      element (2 for the statistics, 2 to normalise) + 2 more with an affine transform;
+      functional norms are assumed affine (6).
+    * Max/avg pooling: ``N_out * prod(kernel)``; adaptive pooling: ``N_in``.
+    * Elementwise arithmetic and piecewise-linear activations (add, mul, relu, dropout,
+      clamp, ...): 1 FLOP per output element; transcendental ones (sigmoid, tanh, gelu,
+      silu, softmax, exp, ...): 4 per output element.
+    * matmul / mm / bmm / ``@``: ``2 * N_out * K`` with ``K`` the first operand's last dim;
+      addmm / baddbmm: that + ``N_out`` for the add.
+    * Reductions (sum, mean, amax, ...): 1 FLOP per input element.
+    * Anything else (views, flatten, cat, getitem, embedding, einsum, interpolate, ...):
+      bytes only (FLOPs = 0), i.e. the op is charged its memory traffic.
+
+    backward_time_s = ``backward_factor`` x forward (default 2: gradients w.r.t. inputs and
+    w.r.t. weights each cost about one forward); 0 for input ops.
+
+    Defaults are an NVIDIA A100 (40 GB) in fp32 without tensor cores: 19.5e12 FLOP/s and
+    1.555e12 B/s of HBM2 bandwidth.
+
+Costs ``"profile"`` (measured on the CPU, so times describe this host, not a GPU):
+    The fx graph is run node by node by a ``torch.fx.Interpreter`` subclass that wraps each
+    node in ``time.perf_counter``; after one warm-up run, the median of ``profile_repeats``
+    runs is kept. Each node runs on detached copies of its inputs, and its backward time is
+    measured by ``torch.autograd.grad`` of its output w.r.t. those inputs and its module's
+    parameters (so one node's backward is timed alone). A node whose output needs no gradient
+    (sizes, integer results) gets backward 0; if autograd fails on a node, it falls back to
+    ``backward_factor`` x forward. The module is deep-copied first, so neither shape
+    propagation nor profiling changes the caller's weights or BatchNorm statistics.
+    Timings use torch's current intra-op thread count: on a busy host, small multi-threaded
+    kernels can wait milliseconds for a descheduled worker, so ``torch.set_num_threads(1)``
+    before profiling gives steadier numbers.
+
+Tracing limits are those of ``torch.fx.symbolic_trace``: data-dependent control flow
+(``if x.sum() > 0``), data-dependent shapes and untraceable Python raise a
+:class:`WorkloadError` naming torch.fx and the first line of the original error.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.fx import GraphModule, Interpreter, Node
+from torch.fx.node import map_aggregate
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata, _extract_tensor_metadata
+
+from workloads.errors import WorkloadError
+from workloads.graph import OpGraph
+from workloads.json_format import write_json_graph
+
+logger = logging.getLogger(__name__)
+
+A100_FP32_FLOPS = 19.5e12
+"""Default ``device_flops``: A100 dense fp32 (non-tensor-core) peak, FLOP/s."""
+A100_MEMORY_BANDWIDTH_BPS = 1.555e12
+"""Default ``memory_bandwidth_Bps``: A100 40 GB HBM2 bandwidth, bytes/s."""
+
+_KEPT_KINDS = ("placeholder", "call_module", "call_function", "call_method")
+_COMPUTE_KINDS = ("call_module", "call_function", "call_method")
+
+# FLOPs per output element of elementwise ops, by normalised name (see _op_name).
+_CHEAP_ELEMENTWISE = frozenset({
+    "add", "sub", "mul", "div", "truediv", "floordiv", "mod", "neg", "abs", "pow", "sqrt",
+    "rsqrt", "square", "reciprocal", "relu", "relu6", "leaky_relu", "hardtanh", "clamp", "clip",
+    "threshold", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+    "feature_alpha_dropout", "hardsigmoid", "hardswish", "prelu", "rrelu", "where", "maximum",
+    "minimum", "masked_fill", "lt", "le", "gt", "ge", "eq", "ne", "sign", "floor", "ceil", "round",
+})
+_TRANSCENDENTAL = frozenset({
+    "sigmoid", "tanh", "gelu", "silu", "mish", "elu", "selu", "celu", "softplus", "softsign",
+    "logsigmoid", "tanhshrink", "softmax", "log_softmax", "softmin", "exp", "log", "log1p",
+    "expm1", "erf", "sin", "cos",
+})
+_TRANSCENDENTAL_FLOPS_PER_ELEMENT = 4.0
+# Activation/dropout module class names, lower-cased, match these underscore-free names.
+_CHEAP_MODULE_KEYS = frozenset(k.replace("_", "") for k in _CHEAP_ELEMENTWISE)
+_TRANSCENDENTAL_MODULE_KEYS = frozenset(k.replace("_", "") for k in _TRANSCENDENTAL)
+_REDUCTIONS = frozenset({
+    "sum", "mean", "amax", "amin", "max", "min", "prod", "std", "var", "norm", "logsumexp",
+    "argmax", "argmin", "any", "all",
+})
+_MATMULS = frozenset({"matmul", "mm", "bmm"})
+_ADD_MATMULS = frozenset({"addmm", "baddbmm"})
+_FUNCTIONAL_NORMS = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm"})
+_NORM_FLOPS_PER_ELEMENT = 4.0
+_AFFINE_FLOPS_PER_ELEMENT = 2.0
+_POOLS = frozenset({"max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
+                    "avg_pool3d", "lp_pool1d", "lp_pool2d"})
+_ADAPTIVE_POOLS = frozenset({"adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+                             "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"})
+_CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
+# Python's in-place operators as traced by fx (``x += y`` -> operator.iadd).
+_INPLACE_OPERATORS = {"iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "truediv",
+                      "ifloordiv": "floordiv", "imod": "mod", "ipow": "pow"}
+
+
+def graph_from_module(
+    module: nn.Module,
+    example_inputs: tuple[Tensor, ...] | Tensor,
+    *,
+    name: str,
+    costs: Literal["estimate", "profile"] = "estimate",
+    device_flops: float = A100_FP32_FLOPS,
+    memory_bandwidth_Bps: float = A100_MEMORY_BANDWIDTH_BPS,
+    bytes_per_element: int | None = None,
+    backward_factor: float = 2.0,
+    profile_repeats: int = 5,
+) -> OpGraph:
+    """Trace ``module`` with torch.fx and return its forward graph with per-op costs.
+
+    Args:
+        module: The model; it is deep-copied, never modified.
+        example_inputs: Inputs for one forward call (a tensor or a tuple of positional args);
+            their shapes fix every activation size and so every cost.
+        name: Model name of the graph.
+        costs: ``"estimate"`` (FLOP/byte roofline) or ``"profile"`` (timed on this CPU).
+        device_flops: Peak FLOP/s for ``"estimate"`` (default: A100 fp32, 19.5e12).
+        memory_bandwidth_Bps: Memory bandwidth in bytes/s for ``"estimate"`` (default: A100,
+            1.555e12).
+        bytes_per_element: Override every tensor's element size (e.g. 2 to size an fp16 run
+            from an fp32 model); ``None`` uses each tensor's own dtype.
+        backward_factor: Backward time as a multiple of forward time (``"estimate"``, and the
+            ``"profile"`` fallback).
+        profile_repeats: Timed runs per node for ``"profile"`` (the median is kept).
+
+    Returns:
+        The forward :class:`OpGraph` (op order = fx node order).
+
+    Raises:
+        WorkloadError: The module cannot be traced by torch.fx, the example inputs do not run
+            through it, or an argument is out of range.
+    """
+    _check_args(costs, device_flops, memory_bandwidth_Bps, bytes_per_element, backward_factor,
+                profile_repeats)
+    inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else tuple(example_inputs)
+    # Shape propagation (and profiling) runs the model: BatchNorm statistics and in-place ops
+    # would otherwise change the caller's module and inputs.
+    try:
+        module = copy.deepcopy(module)
+    except Exception as exc:  # e.g. a module holding a lock or an open file
+        logger.warning("could not copy module %r (%s); shape propagation will run on it as is",
+                       name, _first_line(exc))
+    inputs = tuple(_clone(x) for x in inputs)
+    gm = _trace(module, name)
+    prop = _ShapeProp(gm)
+    try:
+        with torch.no_grad():
+            prop.propagate(*inputs)
+    except Exception as exc:  # any failure of the user's model is reported alike
+        where = f" at node {prop.current.name!r}" if prop.current is not None else ""
+        raise WorkloadError(
+            f"module {name!r} failed on the example inputs{where}: {_first_line(exc)}"
+        ) from exc
+
+    nodes = [n for n in gm.graph.nodes if n.op in _KEPT_KINDS]
+    if not nodes:
+        raise WorkloadError(f"module {name!r} has no inputs or operations to turn into ops")
+    index = {n: i for i, n in enumerate(nodes)}
+    elem = _element_sizer(bytes_per_element)
+
+    activation = np.array([_output_bytes(n, elem) for n in nodes], dtype=np.float64)
+    params = np.array([_parameter_bytes(gm, n, elem) for n in nodes], dtype=np.float64)
+    if costs == "estimate":
+        forward = np.array([
+            0.0 if n.op == "placeholder" else
+            _roofline_s(gm, n, elem, device_flops, memory_bandwidth_Bps) for n in nodes
+        ], dtype=np.float64)
+        backward = forward * backward_factor
+    else:
+        forward, backward = _profile(gm, nodes, inputs, name, backward_factor, profile_repeats)
+
+    return OpGraph(
+        name=name,
+        op_ids=tuple(n.name for n in nodes),
+        labels=tuple(_label(gm, n) for n in nodes),
+        forward_time_s=forward,
+        backward_time_s=backward,
+        activation_bytes=activation,
+        parameter_bytes=params,
+        edges=np.array(_edges(gm, nodes, index), dtype=np.int64).reshape(-1, 2),
+        loss_index=_loss_index(gm, index),
+        source=f"torch.fx:{type(module).__qualname__}",
+    )
+
+
+def save_module_graph(
+    module: nn.Module,
+    example_inputs: tuple[Tensor, ...] | Tensor,
+    path: str | Path,
+    **kwargs: Any,
+) -> Path:
+    """Build the graph of ``module`` (see :func:`graph_from_module`) and write it as JSON.
+
+    Args:
+        module: The model.
+        example_inputs: Inputs for one forward call.
+        path: Destination ``.json`` file (written atomically).
+        **kwargs: Passed to :func:`graph_from_module`; ``name`` defaults to the module's
+            class name.
+
+    Returns:
+        The path written.
+    """
+    kwargs.setdefault("name", type(module).__name__)
+    graph = graph_from_module(module, example_inputs, **kwargs)
+    return write_json_graph(graph, path, notes=f"built from {type(module).__qualname__} by "
+                                               f"pacml.fx_import (costs={kwargs.get('costs', 'estimate')})")
+
+
+# --- tracing and structure -------------------------------------------------------------
+
+
+def _check_args(costs: str, device_flops: float, bandwidth_Bps: float,
+                bytes_per_element: int | None, backward_factor: float, repeats: int) -> None:
+    if costs not in ("estimate", "profile"):
+        raise WorkloadError(f"costs must be 'estimate' or 'profile', got {costs!r}")
+    for label, value in (("device_flops", device_flops), ("memory_bandwidth_Bps", bandwidth_Bps)):
+        if not (math.isfinite(value) and value > 0):
+            raise WorkloadError(f"{label} must be a positive number, got {value!r}")
+    if bytes_per_element is not None and bytes_per_element <= 0:
+        raise WorkloadError(f"bytes_per_element must be positive, got {bytes_per_element!r}")
+    if not (math.isfinite(backward_factor) and backward_factor >= 0):
+        raise WorkloadError(f"backward_factor must be >= 0, got {backward_factor!r}")
+    if repeats < 1:
+        raise WorkloadError(f"profile_repeats must be >= 1, got {repeats!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """First line of the root cause: fx wraps errors in messages that embed tracebacks."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+class _ShapeProp(ShapeProp):
+    """ShapeProp that names the failing node instead of printing a traceback to stderr.
+
+    Records ``tensor_meta`` and ``type`` in each node's meta exactly as ``ShapeProp`` does.
+    """
+
+    current: Node | None = None
+
+    def run_node(self, n: Node) -> Any:
+        self.current = n
+        result = Interpreter.run_node(self, n)
+        found_tensor = False
+
+        def extract(obj: Any) -> Any:
+            nonlocal found_tensor
+            if isinstance(obj, Tensor):
+                found_tensor = True
+                return _extract_tensor_metadata(obj)
+            return obj
+
+        meta = map_aggregate(result, extract)
+        if found_tensor:
+            n.meta["tensor_meta"] = meta
+        n.meta["type"] = type(result)
+        return result
+
+
+def _trace(module: nn.Module, name: str) -> GraphModule:
+    try:
+        return torch.fx.symbolic_trace(module)
+    except Exception as exc:  # fx raises TraceError, TypeError, NotImplementedError...
+        raise WorkloadError(
+            f"module {name!r} could not be traced by torch.fx ({_first_line(exc)})"
+        ) from exc
+
+
+def _clone(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, Tensor) else value
+
+
+def _attr(gm: GraphModule, target: str) -> Any:
+    return functools.reduce(getattr, target.split("."), gm)
+
+
+def _op_name(node: Node) -> str:
+    """Normalised name of what a node runs: ``F.relu``, ``torch.relu_`` and ``.relu()`` are all ``relu``."""
+    raw = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if node.op == "call_function" and raw in _INPLACE_OPERATORS:
+        return _INPLACE_OPERATORS[raw]
+    return raw.strip("_")
+
+
+def _is_inplace(gm: GraphModule, node: Node) -> bool:
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(node.target), "inplace", False))
+    raw = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if node.op == "call_function" and raw in _INPLACE_OPERATORS:
+        return True
+    return (raw.endswith("_") and not raw.startswith("__")) or node.kwargs.get("inplace") is True
+
+
+def _label(gm: GraphModule, node: Node) -> str:
+    if node.op == "placeholder":
+        return f"Input({node.target})"
+    if node.op == "call_module":
+        return f"{type(gm.get_submodule(node.target)).__name__}({node.target})"
+    if node.op == "call_method":
+        return f".{node.target}()"
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _edges(gm: GraphModule, nodes: list[Node], index: dict[Node, int]) -> list[tuple[int, int]]:
+    seen: set[tuple[int, int]] = set()
+    edges: list[tuple[int, int]] = []
+
+    def add(src: Node, dst: Node) -> None:
+        pair = (index[src], index[dst])
+        if pair[0] != pair[1] and pair not in seen:
+            seen.add(pair)
+            edges.append(pair)
+
+    for node in nodes:
+        # get_attr inputs are folded into this op, so only kept producers make edges.
+        for src in node.all_input_nodes:
+            if src in index:
+                add(src, node)
+    for node in nodes:
+        if node.op in _COMPUTE_KINDS and _is_inplace(gm, node) and node.args \
+                and isinstance(node.args[0], Node):
+            for reader in node.args[0].users:
+                if reader in index and index[reader] > index[node]:
+                    add(node, reader)
+    edges.sort()
+    return edges
+
+
+def _loss_index(gm: GraphModule, index: dict[Node, int]) -> int:
+    feeding = [index[n] for out in gm.graph.nodes if out.op == "output"
+               for n in out.all_input_nodes if n in index]
+    return max(feeding) if feeding else len(index) - 1
+
+
+# --- sizes -----------------------------------------------------------------------------
+
+
+def _element_sizer(bytes_per_element: int | None) -> Callable[[torch.dtype], int]:
+    if bytes_per_element is not None:
+        return lambda _dtype: bytes_per_element
+    return lambda dtype: dtype.itemsize
+
+
+def _metas(value: Any) -> Iterator[TensorMetadata]:
+    """Every TensorMetadata in a node's (possibly nested tuple/list/dict) meta."""
+    if isinstance(value, TensorMetadata):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _metas(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _metas(item)
+
+
+def _numel(meta: TensorMetadata) -> int:
+    return math.prod(meta.shape)
+
+
+def _output_bytes(node: Node, elem: Callable[[torch.dtype], int]) -> float:
+    return float(sum(_numel(m) * elem(m.dtype) for m in _metas(node.meta.get("tensor_meta"))))
+
+
+def _tensor_meta(arg: Any) -> TensorMetadata | None:
+    """The single-tensor metadata of a node argument, if it is one."""
+    meta = arg.meta.get("tensor_meta") if isinstance(arg, Node) else None
+    return meta if isinstance(meta, TensorMetadata) else None
+
+
+def _parameter_bytes(gm: GraphModule, node: Node, elem: Callable[[torch.dtype], int]) -> float:
+    total = 0
+    if node.op == "call_module":
+        total += sum(p.numel() * elem(p.dtype) for p in gm.get_submodule(node.target).parameters())
+    for src in node.all_input_nodes:
+        if src.op == "get_attr":
+            value = _attr(gm, src.target)
+            if isinstance(value, nn.Parameter):
+                total += value.numel() * elem(value.dtype)
+    return float(total)
+
+
+# --- roofline estimate -----------------------------------------------------------------
+
+
+def _roofline_s(gm: GraphModule, node: Node, elem: Callable[[torch.dtype], int],
+                device_flops: float, bandwidth_Bps: float) -> float:
+    moved = _output_bytes(node, elem) + sum(_output_bytes(src, elem) for src in node.all_input_nodes)
+    if node.op == "call_module":
+        sub = gm.get_submodule(node.target)
+        moved += sum(t.numel() * elem(t.dtype) for t in (*sub.parameters(), *sub.buffers()))
+    return max(_flops(gm, node) / device_flops, moved / bandwidth_Bps)
+
+
+def _arg(node: Node, position: int, keyword: str) -> Any:
+    if len(node.args) > position:
+        return node.args[position]
+    return node.kwargs.get(keyword)
+
+
+def _kernel_elements(kernel: Any, spatial_dims: int) -> int:
+    if isinstance(kernel, int):
+        return kernel ** max(spatial_dims, 1)
+    return math.prod(kernel)
+
+
+def _flops(gm: GraphModule, node: Node) -> float:
+    """Forward FLOPs of one node by the formulas of the module docstring; 0 = bytes only."""
+    metas = list(_metas(node.meta.get("tensor_meta")))
+    if not metas:
+        return 0.0
+    n_out = float(sum(_numel(m) for m in metas))
+    first = _tensor_meta(node.args[0]) if node.args else None
+    n_in = float(_numel(first)) if first is not None else 0.0
+    if node.op == "call_module":
+        return _module_flops(gm.get_submodule(node.target), n_out, n_in, metas[0])
+    name = _op_name(node)
+    if name == "linear" or name in _CONVS:
+        weight = _tensor_meta(_arg(node, 1, "weight"))
+        if weight is None:
+            return 0.0
+        has_bias = _arg(node, 2, "bias") is not None
+        # linear: weight (out, in); conv: weight (C_out, C_in/groups, *kernel).
+        return 2.0 * n_out * math.prod(weight.shape[1:]) + (n_out if has_bias else 0.0)
+    if name in _MATMULS or name in _ADD_MATMULS:
+        a = first if name in _MATMULS else _tensor_meta(_arg(node, 1, "mat1" if name == "addmm" else "batch1"))
+        if a is None or not a.shape:
+            return 0.0
+        return 2.0 * n_out * a.shape[-1] + (n_out if name in _ADD_MATMULS else 0.0)
+    if name in _FUNCTIONAL_NORMS:
+        return (_NORM_FLOPS_PER_ELEMENT + _AFFINE_FLOPS_PER_ELEMENT) * n_out
+    if name in _POOLS:
+        kernel = _arg(node, 1, "kernel_size")
+        return n_out * _kernel_elements(kernel, len(metas[0].shape) - 2) if kernel is not None else 0.0
+    if name in _ADAPTIVE_POOLS or name in _REDUCTIONS:
+        return n_in
+    if name in _CHEAP_ELEMENTWISE:
+        return n_out
+    if name in _TRANSCENDENTAL:
+        return _TRANSCENDENTAL_FLOPS_PER_ELEMENT * n_out
+    return 0.0
+
+
+def _module_flops(mod: nn.Module, n_out: float, n_in: float, out: TensorMetadata) -> float:
+    bias = n_out if getattr(mod, "bias", None) is not None else 0.0
+    if isinstance(mod, nn.Linear):
+        return 2.0 * n_out * mod.in_features + bias
+    if isinstance(mod, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+        return 2.0 * n_out * (mod.in_channels // mod.groups) * math.prod(mod.kernel_size) + bias
+    if isinstance(mod, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d):
+        return 2.0 * n_in * (mod.out_channels // mod.groups) * math.prod(mod.kernel_size) + bias
+    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.modules.instancenorm._InstanceNorm
+                  | nn.GroupNorm):
+        affine = bool(getattr(mod, "affine", False))
+        return (_NORM_FLOPS_PER_ELEMENT + (_AFFINE_FLOPS_PER_ELEMENT if affine else 0.0)) * n_out
+    if isinstance(mod, nn.LayerNorm):
+        affine = mod.elementwise_affine
+        return (_NORM_FLOPS_PER_ELEMENT + (_AFFINE_FLOPS_PER_ELEMENT if affine else 0.0)) * n_out
+    if isinstance(mod, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d
+                  | nn.AvgPool3d | nn.LPPool1d | nn.LPPool2d):
+        return n_out * _kernel_elements(mod.kernel_size, len(out.shape) - 2)
+    if isinstance(mod, nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d
+                  | nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d):
+        return n_in
+    # Activation modules share their functional names: nn.LeakyReLU ~ leaky_relu.
+    key = type(mod).__name__.lower()
+    if key in _CHEAP_MODULE_KEYS:
+        return n_out
+    if key in _TRANSCENDENTAL_MODULE_KEYS:
+        return _TRANSCENDENTAL_FLOPS_PER_ELEMENT * n_out
+    return 0.0
+
+
+# --- CPU profile -----------------------------------------------------------------------
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+class _TimingInterpreter(Interpreter):
+    """Runs the graph node by node, timing each node's forward and (isolated) backward."""
+
+    def __init__(self, gm: GraphModule, backward_factor: float) -> None:
+        super().__init__(gm)
+        self.backward_factor = backward_factor
+        self.forward_s: dict[Node, float] = {}
+        self.backward_s: dict[Node, float] = {}
+        self.current: Node | None = None
+
+    def run_node(self, n: Node) -> Any:
+        self.current = n
+        if n.op not in _COMPUTE_KINDS:
+            return super().run_node(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        inplace = _is_inplace(self.module, n)
+        leaves: list[Tensor] = []
+
+        def isolate(value: Any) -> Any:
+            # Detach so this node's backward stops at its own inputs; an in-place op may not
+            # mutate a leaf that requires grad, so it gets a (non-leaf) clone instead.
+            if not isinstance(value, Tensor) or isinstance(value, nn.Parameter):
+                return value
+            if not (value.is_floating_point() or value.is_complex()):
+                return value.detach()
+            leaf = value.detach().requires_grad_()
+            leaves.append(leaf)
+            return leaf.clone() if inplace else leaf
+
+        args = map_aggregate(args, isolate)
+        kwargs = map_aggregate(kwargs, isolate)
+        weights = [t for t in _tensors((args, kwargs)) if isinstance(t, nn.Parameter)]
+        if n.op == "call_module":
+            weights += list(self.module.get_submodule(n.target).parameters())
+        wrt = [t for t in leaves + weights if t.requires_grad]
+
+        start = time.perf_counter()
+        out = getattr(self, n.op)(n.target, args, kwargs)
+        self.forward_s[n] = time.perf_counter() - start
+
+        outs = [t for t in _tensors(out) if t.requires_grad]
+        self.backward_s[n] = 0.0
+        if outs and wrt:
+            grads = [torch.ones_like(t) for t in outs]
+            try:
+                start = time.perf_counter()
+                torch.autograd.grad(outs, wrt, grads, allow_unused=True)
+                self.backward_s[n] = time.perf_counter() - start
+            except RuntimeError as exc:
+                logger.debug("autograd failed on node %s (%s); using backward_factor", n.name,
+                             _first_line(exc))
+                self.backward_s[n] = self.backward_factor * self.forward_s[n]
+        return out
+
+
+def _profile(gm: GraphModule, nodes: list[Node], inputs: tuple[Any, ...], name: str,
+             backward_factor: float, repeats: int) -> tuple[np.ndarray, np.ndarray]:
+    fwd: dict[Node, list[float]] = {n: [] for n in nodes}
+    bwd: dict[Node, list[float]] = {n: [] for n in nodes}
+    for run in range(repeats + 1):
+        interp = _TimingInterpreter(gm, backward_factor)
+        try:
+            with torch.enable_grad():
+                interp.run(*(_clone(x) for x in inputs))
+        except Exception as exc:  # any failure of the user's model is reported alike
+            where = f" at node {interp.current.name!r}" if interp.current is not None else ""
+            raise WorkloadError(f"profiling module {name!r} failed{where}: "
+                                f"{_first_line(exc)}") from exc
+        if run == 0:
+            continue  # warm-up: allocator, kernel selection and lazy init
+        for n in nodes:
+            fwd[n].append(interp.forward_s.get(n, 0.0))
+            bwd[n].append(interp.backward_s.get(n, 0.0))
+    forward = np.array([statistics.median(fwd[n]) for n in nodes], dtype=np.float64)
+    backward = np.array([statistics.median(bwd[n]) for n in nodes], dtype=np.float64)
+    return forward, backward
+
