@@ -154,6 +154,18 @@ class ClusterEnv(gym.Env[dict, int]):
 
     # ------------------------------------------------------------------ helpers
     @property
+    def current_job(self) -> JobSpec:
+        """The job waiting for a decision."""
+        assert self._job is not None, "call reset() first"
+        return self._job
+
+    def current_state(self) -> Any:
+        """The simulator's :class:`~simulator.cluster.ClusterState` for the pending job (what a
+        heuristic policy would see; used to imitate one)."""
+        assert self.sim is not None, "call reset() first"
+        return self.sim.state()
+
+    @property
     def raw_observation(self) -> dict[str, Any]:
         """The encoder's output for the pending job (graph features object, arrays)."""
         assert self._raw is not None, "call reset() first"

@@ -36,6 +36,7 @@ from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
 from simulator.build import build_simulation
+from simulator.policies.heuristics import MinFeasible
 from workloads.io import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,18 @@ class PPOConfig:
     """GNN message-passing rounds."""
     mask: str = "feasible"
     """Action mask: feasible (placeable and meets target), placeable, or paper."""
+    warmstart: str | None = None
+    """Behaviour-cloning warm start before PPO: ``auto`` imitates the best ``min_feasible``
+    variant (smallest feasible degree >= k, k from ``warmstart_candidates``, chosen on the
+    validation seeds); ``None`` trains from scratch."""
+    warmstart_candidates: list[int] = field(default_factory=lambda: [1, 2, 4, 6, 8, 16])
+    """``min_degree`` values of the teacher candidates."""
+    warmstart_episodes: int = 4
+    """Teacher episodes per environment collected for imitation (value targets need whole episodes)."""
+    warmstart_epochs: int = 30
+    """Supervised passes over the teacher data."""
+    warmstart_lr: float = 1e-3
+    """Adam learning rate of the imitation phase (PPO then uses ``learning_rate``)."""
     checkpoint_every: int = 5
     """Updates between checkpoints."""
     eval_every: int = 5
@@ -160,12 +173,17 @@ class Trainer:
         self.model = ActorCritic(hidden_channels=ppo.hidden_channels, num_layers=ppo.num_layers)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=ppo.learning_rate, eps=1e-5)
         self.num_actions = self.envs[0].action_space.n
+        # The critic predicts returns divided by the discount horizon 1/(1-gamma) (an average
+        # reward per step, in [-1, 1] for +-1 rewards): losses stay O(1) whatever gamma is, so
+        # the value loss does not swamp the policy gradient under gradient clipping.
+        self.value_scale = min(1.0 / (1.0 - ppo.gamma), 1000.0) if ppo.gamma < 1 else 1000.0
         self.graph_ids: dict[str, int] = {}
         self.graph_list: list[Any] = []
         self.update = 0
         self.global_step = 0
         self.elapsed_s = 0.0
         self.best_val = math.inf
+        self.warmstarted = False
         self.history: list[dict[str, float]] = []
         self._writer: SummaryWriter | None = None
         self.episodes: list[dict[str, float]] = []
@@ -219,6 +237,7 @@ class Trainer:
             buf["mask"][t] = torch.from_numpy(np.stack([r["action_mask"] for r in raws]))
             with torch.no_grad():
                 logits, value = self.model(emb[buf["graph"][t]], buf["globals"][t], buf["actions"][t], buf["mask"][t])
+                value = value * self.value_scale
                 dist = Categorical(logits=logits)
                 action = dist.sample()
             buf["action"][t], buf["logprob"][t], buf["value"][t] = action, dist.log_prob(action), value
@@ -241,6 +260,7 @@ class Trainer:
             _, next_value = self.model(emb[torch.tensor(ids)], torch.from_numpy(np.stack([r["globals"] for r in raws])),
                                        torch.from_numpy(np.stack([r["actions"] for r in raws])),
                                        torch.from_numpy(np.stack([r["action_mask"] for r in raws])))
+        next_value = next_value * self.value_scale
         buf["advantage"], buf["return"] = compute_gae(buf["reward"], buf["value"], buf["done"], next_value,
                                                       self.cfg.gamma, self.cfg.gae_lambda)
         return buf
@@ -273,9 +293,10 @@ class Trainer:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = torch.max(-adv * ratio,
                                         -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-                ret = flat["return"][mb]
+                # Value loss in scaled units (see value_scale).
+                ret = flat["return"][mb] / self.value_scale
                 if cfg.clip_vloss:
-                    old = flat["value"][mb]
+                    old = flat["value"][mb] / self.value_scale
                     clipped = old + (value - old).clamp(-cfg.clip_coef, cfg.clip_coef)
                     value_loss = 0.5 * torch.max((value - ret) ** 2, (clipped - ret) ** 2).mean()
                 else:
@@ -299,9 +320,11 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, seeds: list[int]) -> dict[str, float]:
-        """Greedy policy on fixed simulation seeds, through the simulator's policy interface."""
-        policy = PacMLPolicy(model=self.model, encoder=self.envs[0].encoder)
+    def evaluate(self, seeds: list[int], policy: Any = None) -> dict[str, float]:
+        """Blocking rate of a policy (default: this greedy agent) on fixed simulation seeds,
+        through the simulator's policy interface."""
+        if policy is None:
+            policy = PacMLPolicy(model=self.model, encoder=self.envs[0].encoder)
         env = self.envs[0]
         rates, thr = [], []
         self.model.eval()
@@ -313,11 +336,76 @@ class Trainer:
         self.model.train()
         return {"blocking_rate": float(np.mean(rates)), "throughput": float(np.mean(thr))}
 
+    # ------------------------------------------------------------------ warm start
+    def choose_teacher(self) -> tuple[MinFeasible, dict[int, float]]:
+        """The ``min_feasible`` variant with the lowest validation blocking rate."""
+        scores = {k: self.evaluate(self.cfg.eval_seeds, MinFeasible(k))["blocking_rate"]
+                  for k in self.cfg.warmstart_candidates}
+        best = min(scores, key=lambda k: (scores[k], k))
+        log.info("warm-start teacher candidates (validation blocking): %s -> min_degree=%d", scores, best)
+        return MinFeasible(best), scores
+
+    def warm_start(self, teacher: Any) -> dict[str, float]:
+        """Imitate ``teacher`` (cross-entropy on its actions) and fit the critic to the discounted
+        returns of its episodes, before PPO takes over."""
+        cfg = self.cfg
+        rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int, float]] = []
+        for env in self.envs:
+            episode: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int, float]] = []
+            done_episodes = 0
+            while done_episodes < cfg.warmstart_episodes:
+                raw = env.raw_observation
+                action = teacher.decide(env.current_job, env.current_state()).degree
+                gid = self._graph_id(env)
+                _, reward, terminated, _, _ = env.step(action)
+                episode.append((gid, raw["globals"], raw["actions"], raw["action_mask"], action, reward))
+                if terminated:
+                    ret = 0.0
+                    for gid_, g, a, m, act, r in reversed(episode):  # discounted return-to-go
+                        ret = r + cfg.gamma * ret
+                        rows.append((gid_, g, a, m, act, ret))
+                    episode = []
+                    done_episodes += 1
+                    env.reset()
+        data = {
+            "graph": torch.tensor([r[0] for r in rows]), "globals": torch.from_numpy(np.stack([r[1] for r in rows])),
+            "actions": torch.from_numpy(np.stack([r[2] for r in rows])),
+            "mask": torch.from_numpy(np.stack([r[3] for r in rows])),
+            "action": torch.tensor([r[4] for r in rows]), "return": torch.tensor([r[5] for r in rows]),
+        }
+        n = len(rows)
+        batch = max(cfg.minibatch_size, 256)
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.warmstart_lr
+        losses: list[tuple[float, float, float]] = []
+        for _ in range(cfg.warmstart_epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            for start in range(0, n, batch):
+                mb = order[start:start + batch]
+                uniq, inverse = torch.unique(data["graph"][mb], return_inverse=True)
+                emb = self.model.embed([self.graph_list[i] for i in uniq.tolist()])[inverse]
+                logits, value = self.model(emb, data["globals"][mb], data["actions"][mb], data["mask"][mb])
+                ce = torch.nn.functional.cross_entropy(logits, data["action"][mb])
+                vloss = 0.5 * ((value - data["return"][mb] / self.value_scale) ** 2).mean()
+                loss = ce + cfg.vf_coef * vloss
+                self.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                with torch.no_grad():
+                    acc = float((logits.argmax(1) == data["action"][mb]).float().mean())
+                losses.append((float(ce.detach()), float(vloss.detach()), acc))
+        last = losses[-max(1, len(losses) // cfg.warmstart_epochs):]
+        return {"warmstart/decisions": float(n), "warmstart/cross_entropy": float(np.mean([x[0] for x in last])),
+                "warmstart/value_loss": float(np.mean([x[1] for x in last])),
+                "warmstart/accuracy": float(np.mean([x[2] for x in last]))}
+
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this trainer is."""
         return {"format": "pacml-train", "version": 1, "update": self.update, "global_step": self.global_step,
                 "elapsed_s": self.elapsed_s, "best_val": self.best_val, "history": self.history,
+                "warmstarted": self.warmstarted,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "torch_rng": torch.get_rng_state(), "np_rng": self.rng.bit_generator.state,
                 "envs": [env.snapshot() for env in self.envs], "graph_keys": list(self.graph_ids),
@@ -336,6 +424,7 @@ class Trainer:
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.update, self.global_step = state["update"], state["global_step"]
         self.elapsed_s, self.best_val, self.history = state["elapsed_s"], state["best_val"], state["history"]
+        self.warmstarted = state.get("warmstarted", False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for env, snap in zip(self.envs, state["envs"], strict=True):
@@ -370,6 +459,19 @@ class Trainer:
         """Train until ``total_steps`` or the time budget; returns the final metrics."""
         cfg = self.cfg
         start = time.perf_counter() - self.elapsed_s
+        if cfg.warmstart and self.update == 0 and not self.warmstarted:
+            teacher, scores = self.choose_teacher()
+            stats = self.warm_start(teacher)
+            self.warmstarted = True
+            val = self.evaluate(cfg.eval_seeds)
+            self.best_val = val["blocking_rate"]
+            save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())
+            self.elapsed_s = time.perf_counter() - start
+            self._log({"update": 0, "global_step": 0, "wall_s": self.elapsed_s, **stats,
+                       "warmstart/teacher_min_degree": float(teacher.min_degree),
+                       "warmstart/teacher_val_blocking_rate": scores[teacher.min_degree],
+                       "eval/blocking_rate": val["blocking_rate"], "eval/throughput_Bps": val["throughput"]})
+            log.info("warm start: %s; greedy validation blocking %.4f", stats, val["blocking_rate"])
         bar = tqdm(total=cfg.total_steps, initial=self.global_step, disable=not progress, unit="step",
                    desc="pacml-train", mininterval=1.0)
         while self.global_step < cfg.total_steps:

@@ -215,3 +215,18 @@ def test_policy_never_chooses_an_infeasible_degree(short_config, tmp_path: Path)
         assert sim.apply(decision) is None or decision.degree == 0
     sim.finalize()
     assert Decision(0).degree == 0
+
+
+def test_warm_start_imitates_the_best_heuristic_candidate(short_config, tmp_path: Path) -> None:
+    cfg = _tiny_ppo(total_steps=32, warmstart="auto", warmstart_candidates=[1, 16], warmstart_episodes=1,
+                    warmstart_epochs=20, eval_seeds=[7, 8])
+    trainer = Trainer(short_config, cfg, tmp_path)
+    teacher, scores = trainer.choose_teacher()
+    assert set(scores) == {1, 16} and scores[teacher.min_degree] == min(scores.values())
+    trainer.train(progress=False)
+    first = trainer.history[0]
+    assert first["update"] == 0 and first["warmstart/decisions"] == 2 * 30  # 31 arrivals, the last unresolved
+    assert first["warmstart/teacher_min_degree"] == teacher.min_degree
+    assert first["warmstart/accuracy"] > 0.9
+    # The imitation is good enough that the greedy agent blocks like its teacher on validation.
+    assert first["eval/blocking_rate"] == pytest.approx(first["warmstart/teacher_val_blocking_rate"], abs=0.07)

@@ -1,0 +1,66 @@
+"""Decision latency of the learned policy: time per arriving job, observation building included.
+
+Runs whole paper-scenario episodes with ``PacMLPolicy`` and times every ``decide(job, state)``
+call (feature building from the shared feasibility function + GNN/MLP forward), reporting p50,
+p99 and max over all decisions. Cold caches at the start of each episode are included.
+
+Usage: python benchmarks/bench_agent.py [--checkpoint paper_betaC] [--episodes 3] [--graphs paper]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pacml.env import compose_sim_config
+from pacml.policy import PacMLPolicy
+from simulator.build import build_simulation
+
+
+def measure(checkpoint: str, episodes: int, overrides: list[str]) -> dict[str, float]:
+    """Per-decision latency percentiles (seconds) over ``episodes`` cold-cache episodes."""
+    torch.set_num_threads(1)
+    cfg = compose_sim_config(overrides)
+    times: list[float] = []
+    encode: list[float] = []
+    for seed in range(episodes):
+        policy = PacMLPolicy(checkpoint)  # fresh embedding cache
+        sim = build_simulation(cfg, seed=seed)  # fresh placement/lookahead caches
+        policy.reset(seed)
+        while (job := sim.next_job()) is not None:
+            state = sim.state()
+            t0 = time.perf_counter()
+            policy.encoder.encode(job, state)
+            encode.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            decision = policy.decide(job, state)
+            times.append(time.perf_counter() - t0)
+            sim.apply(decision)
+        sim.finalize()
+    arr, enc = np.array(times), np.array(encode)
+    return {"decisions": len(arr), "p50_ms": 1e3 * float(np.percentile(arr, 50)),
+            "p99_ms": 1e3 * float(np.percentile(arr, 99)), "max_ms": 1e3 * float(arr.max()),
+            "encode_p50_ms": 1e3 * float(np.percentile(enc, 50)), "encode_p99_ms": 1e3 * float(np.percentile(enc, 99))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default="paper_betaC")
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--graphs", default=None, help="workload.graphs override (e.g. nasnetamobile)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    overrides = ["scenario=paper", "beta=C"] + ([f"workload.graphs={args.graphs}"] if args.graphs else [])
+    result = {"checkpoint": args.checkpoint, "overrides": overrides, **measure(args.checkpoint, args.episodes, overrides)}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

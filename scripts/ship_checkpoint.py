@@ -1,0 +1,74 @@
+"""Copy a finished pacml-train run into pacml/checkpoints/<name>/ with its training curve.
+
+Copies ``policy.pt`` (best by validation), ``train_config.yaml``, ``metrics.csv`` and
+``train_summary.json``, and renders ``training_curve.png`` (blocking rate vs training time).
+
+Usage: python scripts/ship_checkpoint.py outputs/train/paper_betaC paper_betaC
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+DEST = Path(__file__).resolve().parents[1] / "pacml" / "checkpoints"
+
+
+def _float(row: dict[str, str], key: str) -> float:
+    try:
+        return float(row.get(key, "") or "nan")
+    except ValueError:
+        return float("nan")
+
+
+def plot_curve(metrics: Path, out: Path, title: str) -> None:
+    rows = list(csv.DictReader(metrics.open()))
+    minutes = [_float(r, "wall_s") / 60 for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    train = [(m, _float(r, "charts/blocking_rate")) for m, r in zip(minutes, rows, strict=True)]
+    train = [(m, v) for m, v in train if v == v]
+    val = [(m, _float(r, "eval/blocking_rate")) for m, r in zip(minutes, rows, strict=True)]
+    val = [(m, v) for m, v in val if v == v]
+    if train:
+        ax.plot(*zip(*train, strict=True), color="0.6", lw=1, label="training episodes (sampled actions)")
+    if val:
+        ax.plot(*zip(*val, strict=True), "o-", color="C0", ms=3, label="validation (greedy, 2 fixed seeds)")
+    teacher = _float(rows[0], "warmstart/teacher_val_blocking_rate") if rows else float("nan")
+    if teacher == teacher:
+        k = int(_float(rows[0], "warmstart/teacher_min_degree"))
+        ax.axhline(teacher, color="C3", ls="--", lw=1, label=f"warm-start teacher (min_feasible, k={k})")
+    ax.set_xlabel("wall time (min, 2-core CPU)")
+    ax.set_ylabel("blocking rate")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("name")
+    args = parser.parse_args()
+    dest = DEST / args.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json"):
+        shutil.copy2(args.run_dir / name, dest / name)
+    summary = json.loads((args.run_dir / "train_summary.json").read_text())
+    plot_curve(dest / "metrics.csv", dest / "training_curve.png",
+               f"PAC-ML training, {args.name} ({summary['global_step']:,} decisions, "
+               f"{summary['wall_s'] / 60:.0f} min)")
+    print(f"shipped {args.run_dir} -> {dest}")
+
+
+if __name__ == "__main__":
+    main()
