@@ -1,8 +1,10 @@
 """Decision latency of the learned policy: time per arriving job, observation building included.
 
 Runs whole paper-scenario episodes with ``PacMLPolicy`` and times every ``decide(job, state)``
-call (feature building from the shared feasibility function + GNN/MLP forward), reporting p50,
-p99 and max over all decisions. Cold caches at the start of each episode are included.
+call: the shared feasibility function (placement and lookahead of every degree), feature
+building and the network's forward pass. Each episode starts with cold placement, lookahead
+and embedding caches. Also reports the same call repeated with the job's feasibility already
+computed (features + forward only).
 
 Usage: python benchmarks/bench_agent.py [--checkpoint paper_betaC] [--episodes 3] [--graphs paper]
 """
@@ -27,7 +29,7 @@ def measure(checkpoint: str, episodes: int, overrides: list[str]) -> dict[str, f
     torch.set_num_threads(1)
     cfg = compose_sim_config(overrides)
     times: list[float] = []
-    encode: list[float] = []
+    warm: list[float] = []
     for seed in range(episodes):
         policy = PacMLPolicy(checkpoint)  # fresh embedding cache
         sim = build_simulation(cfg, seed=seed)  # fresh placement/lookahead caches
@@ -35,17 +37,18 @@ def measure(checkpoint: str, episodes: int, overrides: list[str]) -> dict[str, f
         while (job := sim.next_job()) is not None:
             state = sim.state()
             t0 = time.perf_counter()
-            policy.encoder.encode(job, state)
-            encode.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            decision = policy.decide(job, state)
+            decision = policy.decide(job, state)  # feasibility (placements, lookaheads) + features + forward
             times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            policy.decide(job, state)  # again, with this job's feasibility table already filled
+            warm.append(time.perf_counter() - t0)
             sim.apply(decision)
         sim.finalize()
-    arr, enc = np.array(times), np.array(encode)
+    arr, hot = np.array(times), np.array(warm)
     return {"decisions": len(arr), "p50_ms": 1e3 * float(np.percentile(arr, 50)),
             "p99_ms": 1e3 * float(np.percentile(arr, 99)), "max_ms": 1e3 * float(arr.max()),
-            "encode_p50_ms": 1e3 * float(np.percentile(enc, 50)), "encode_p99_ms": 1e3 * float(np.percentile(enc, 99))}
+            "features_and_forward_p50_ms": 1e3 * float(np.percentile(hot, 50)),
+            "features_and_forward_p99_ms": 1e3 * float(np.percentile(hot, 99))}
 
 
 def main() -> None:

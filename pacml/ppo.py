@@ -440,7 +440,7 @@ class Trainer:
 
     def _meta(self) -> dict[str, Any]:
         return {"update": self.update, "global_step": self.global_step, "best_val_blocking_rate": self.best_val,
-                "ppo": asdict(self.cfg), "sim_overrides": self.sim_config.get("_overrides_", None)}
+                "ppo": asdict(self.cfg)}
 
     def _log(self, row: dict[str, float]) -> None:
         self.history.append(row)

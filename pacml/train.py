@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from pacml.ppo import CHECKPOINT, PPOConfig, Trainer
-from simulator.build import _instantiate
+from simulator.build import instantiate_checked
 from simulator.cli import check_group_choices, report_user_errors
 from simulator.errors import ConfigError
 
@@ -53,7 +53,7 @@ def train_from_config(cfg: DictConfig, out_dir: Path) -> dict:
         cfg = saved
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("ppo", "reward", "resume", "hydra")])
     ppo = _ppo_config(cfg.ppo)
-    reward = _instantiate(cfg.reward, "reward") if cfg.get("reward") else None
+    reward = instantiate_checked(cfg.reward, "reward") if cfg.get("reward") else None
     trainer = Trainer(sim_cfg, ppo, out_dir, reward=reward)
     if resume:
         trainer.load_checkpoint(ckpt)

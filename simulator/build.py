@@ -45,7 +45,7 @@ class SimKnobs:
     comm_quirks: bool = True
 
 
-def _instantiate(node: Any, field: str) -> Any:
+def instantiate_checked(node: Any, field: str) -> Any:
     """``hydra.utils.instantiate`` that re-raises our own errors unwrapped."""
     try:
         return instantiate(node)
@@ -62,7 +62,7 @@ def _instantiate(node: Any, field: str) -> Any:
 
 def build_topology(cfg: DictConfig | Mapping[str, Any]) -> RampTopology:
     """The cluster from ``cfg.cluster``."""
-    return _instantiate(cfg["cluster"], "cluster")
+    return instantiate_checked(cfg["cluster"], "cluster")
 
 
 def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any]) -> Feasibility:
@@ -95,7 +95,7 @@ def build_workload(cfg: DictConfig | Mapping[str, Any]) -> Workload:
         raise ConfigError(f"must be > 0, got {unit}", field="workload.profile_time_unit_s")
     graph_set = load_graph_set(graphs, time_unit_s=unit)
     weights = wl.get("weights")
-    return Workload(graph_set, _instantiate(cfg["arrivals"], "arrivals"), _instantiate(cfg["beta"], "beta"),
+    return Workload(graph_set, instantiate_checked(cfg["arrivals"], "arrivals"), instantiate_checked(cfg["beta"], "beta"),
                     num_training_steps=wl.get("num_training_steps", 50),
                     weights=None if weights is None else list(weights))
 
@@ -115,4 +115,4 @@ def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = 
 
 def build_policy(cfg: DictConfig | Mapping[str, Any]) -> Any:
     """The policy plug-in from ``cfg.policy`` (``hydra.utils.instantiate``)."""
-    return _instantiate(cfg["policy"], "policy")
+    return instantiate_checked(cfg["policy"], "policy")

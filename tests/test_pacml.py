@@ -230,3 +230,51 @@ def test_warm_start_imitates_the_best_heuristic_candidate(short_config, tmp_path
     assert first["warmstart/accuracy"] > 0.9
     # The imitation is good enough that the greedy agent blocks like its teacher on validation.
     assert first["eval/blocking_rate"] == pytest.approx(first["warmstart/teacher_val_blocking_rate"], abs=0.07)
+
+
+@pytest.mark.parametrize("beta", "ABCD")
+def test_shipped_checkpoints_load_and_act(beta: str) -> None:
+    """Each shipped agent loads (with the config that trained it) and decides a short episode."""
+    from pacml.policy import SHIPPED_DIR
+
+    folder = SHIPPED_DIR / f"paper_beta{beta}"
+    for name in ("policy.pt", "train_config.yaml", "metrics.csv", "training_curve.png"):
+        assert (folder / name).is_file(), name
+    policy = PacMLPolicy(f"paper_beta{beta}")
+    assert policy.meta["ppo"]["mask"] == "feasible"
+    cfg = compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=5e4"])
+    result = build_simulation(cfg, seed=0).run(policy)
+    degrees = {r.degree for r in result.records if r.accepted}
+    assert result.summary["num_jobs_arrived"] == 51 and degrees <= {1, 2, 4, 6, 8, 16}
+    assert result.summary["blocking_rate"] < 0.5
+
+
+def test_pacml_policy_config_picks_the_checkpoint_for_the_beta() -> None:
+    from simulator.build import build_policy
+
+    cfg = compose_sim_config(["policy=pacml", "beta=D"])
+    assert cfg.policy.checkpoint == "paper_betaD"
+    assert isinstance(build_policy(cfg), PacMLPolicy)
+
+
+def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
+    """Bring-your-own-graph: a graph in the pacml JSON format (here an fx import of a small
+    PyTorch model, rescaled to the paper's job sizes, beside a converted PipeDream graph) runs
+    under a shipped agent that never saw it."""
+    from pacml.fx_import import graph_from_module
+    from workloads.json_format import write_json_graph
+    from workloads.loaders import load_graph_set
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1),
+                              torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+    fx_graph = graph_from_module(net, torch.randn(8, 3, 32, 32), name="tinynet")
+    # One step of ~0.5 time units per op, like the paper's profiles in its time unit.
+    scaled = fx_graph.scaled(0.5 * fx_graph.num_ops / float(fx_graph.forward_time_s.sum() + fx_graph.backward_time_s.sum()))
+    write_json_graph(scaled, tmp_path / "tinynet.json")
+    (alexnet,) = load_graph_set("alexnet", time_unit_s=1.0)
+    write_json_graph(alexnet, tmp_path / "alexnet.json")
+    cfg = compose_sim_config(["scenario=paper", "beta=C", "horizon_s=1e5", f"workload.graphs={tmp_path}"])
+    result = build_simulation(cfg, seed=1).run(PacMLPolicy("paper_betaC"))
+    models = {r.model for r in result.records}
+    assert models == {"tinynet", "alexnet"}
+    assert result.summary["num_jobs_completed"] > 0
