@@ -40,8 +40,19 @@ def _ppo_config(node: DictConfig) -> PPOConfig:
     return PPOConfig(**data)  # type: ignore[arg-type]
 
 
-def train_from_config(cfg: DictConfig, out_dir: Path) -> dict:
-    """Build a trainer from ``cfg`` (or resume one) and train it."""
+#: Settings a resumed run may change on the command line (everything else comes from the run).
+RESUME_OVERRIDABLE = ("ppo.total_steps", "ppo.time_budget_s", "progress")
+
+
+def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> dict:
+    """Build a trainer from ``cfg`` (or resume one) and train it.
+
+    Args:
+        cfg: The composed ``conf/train.yaml``.
+        out_dir: Run directory for a new run (a resumed run keeps its own).
+        overrides: The command-line overrides; when resuming, those of
+            :data:`RESUME_OVERRIDABLE` (e.g. a larger ``ppo.total_steps``) apply to the saved config.
+    """
     resume = cfg.get("resume")
     if resume:
         run = Path(resume)
@@ -49,6 +60,10 @@ def train_from_config(cfg: DictConfig, out_dir: Path) -> dict:
         if not ckpt.is_file():
             raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
         saved = OmegaConf.load(ckpt.parent / "train_config.yaml")
+        for item in overrides or []:
+            key = item.split("=", 1)[0].lstrip("+")
+            if key in RESUME_OVERRIDABLE:
+                OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
         out_dir = ckpt.parent
         cfg = saved
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("ppo", "reward", "resume", "hydra")])
@@ -68,8 +83,9 @@ def train_from_config(cfg: DictConfig, out_dir: Path) -> dict:
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> None:
-    out = Path(HydraConfig.get().runtime.output_dir)
-    report_user_errors(PROG, lambda: train_from_config(cfg, out))
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    report_user_errors(PROG, lambda: train_from_config(cfg, out, list(hc.overrides.task)))
 
 
 def main() -> None:

@@ -278,3 +278,25 @@ def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
     models = {r.model for r in result.records}
     assert models == {"tinynet", "alexnet"}
     assert result.summary["num_jobs_completed"] > 0
+
+
+def test_pacml_train_command_trains_and_resumes(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    base = [sys.executable, "-c", "from pacml.train import main; main()", "progress=false"]
+    tiny = ["beta=C", "horizon_s=3e4", "ppo.num_envs=2", "ppo.num_steps=32", "ppo.warmstart=null",
+            "ppo.hidden_channels=16", "ppo.eval_every=2", "ppo.checkpoint_every=2"]
+    first = subprocess.run([*base, *tiny, "ppo.total_steps=128", f"hydra.run.dir={run}"], capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert json.loads((run / "train_summary.json").read_text())["global_step"] == 128
+    more = subprocess.run([*base, f"resume={run}", "ppo.total_steps=256", f"hydra.run.dir={tmp_path / 'r2'}"],
+                          capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0, more.stderr
+    assert json.loads((run / "train_summary.json").read_text())["global_step"] == 256
+    bad = subprocess.run([*base, f"resume={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r3'}"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("pacml-train: error: field 'resume'")
