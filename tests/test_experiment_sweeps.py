@@ -32,8 +32,8 @@ def compose_experiment(name: str) -> object:
 
 def test_paper_main_sweeps_the_papers_grid_in_parallel_processes() -> None:
     cfg = compose_experiment("paper_main")
-    assert dict(cfg.hydra.sweeper.params) == {"policy": "para_max,para_min,random,min_feasible",
-                                              "beta": "A,B,C,D", "seed": "0,1,2"}
+    assert dict(cfg.hydra.sweeper.params) == {
+        "policy": "para_max,para_min,random,min_feasible,min_feasible_4,pacml", "beta": "A,B,C,D", "seed": "0,1,2"}
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
     assert cfg.hydra.launcher.n_jobs == -1 and cfg.hydra.launcher.prefer == "processes"
     assert cfg.progress is False and cfg.skip_finished is True
