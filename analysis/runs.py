@@ -50,6 +50,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
         log.warning("skipping %s: unreadable summary.json (%s)", run, exc)
         return None
     config = summary.pop("config", None) or {}
+    summary.pop("resolved_config", None)  # the full config, kept for resume checks; not a column
     reasons = summary.pop("blocked_by_reason", None) or {}
     row: dict[str, Any] = {"run_dir": str(run)}
     row.update({k: config.get(k, summary.get(k)) for k in CONFIG_COLUMNS})
