@@ -127,8 +127,8 @@ class OpPlacer:
         return None
 
     def free_blocks(self, degree: int, occupied_mask: int) -> tuple[Block, ...]:
-        """Every block of ``degree`` servers free of other jobs, in first-fit order."""
-        return tuple(b for b in self.topology.blocks(degree) if not b.mask & occupied_mask)
+        """Every block of ``degree`` servers free of other jobs, in first-fit order (cached)."""
+        return self._allowed_blocks(degree, self.topology.all_servers_mask & ~occupied_mask)
 
     def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
               block: Block | None = None) -> Placement | None:

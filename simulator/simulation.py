@@ -33,7 +33,7 @@ from simulator.errors import ConfigError, InvalidDecision
 from simulator.feasibility import Feasibility, FeasibilityTable
 from simulator.placement import Placement
 from simulator.policy import Decision, Policy
-from simulator.records import NAN, BlockReason, JobRecord, summarise
+from simulator.records import NAN, BlockReason, JobRecord, Outcome, summarise
 from simulator.topology import Block
 from workloads.jobs import JobSpec, Workload
 
@@ -276,7 +276,7 @@ class Simulation:
         self.records.append(rec)
         return rec
 
-    def _record(self, job: JobSpec, degree: int, placement: Placement | None, outcome: Any,
+    def _record(self, job: JobSpec, degree: int, placement: Placement | None, outcome: Outcome,
                 reason: BlockReason, jct_s: float, start_s: float, end_s: float,
                 cluster_bytes: float, busy_server_s: float) -> JobRecord:
         servers = placement.servers if placement is not None else ()
