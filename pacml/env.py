@@ -30,7 +30,7 @@ from gymnasium import spaces
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from pacml.features import ACTION_FEATURES, EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
+from pacml.features import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
 from pacml.rewards import JobAcceptance, StepOutcome
 from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
 from simulator.feasibility import MaskKind
@@ -60,13 +60,16 @@ class ClusterEnv(gym.Env[dict, int]):
         reward: Reward function of a :class:`~pacml.rewards.StepOutcome` (default +1/-1).
         share_with: Another environment of the same config whose placer/lookahead caches,
             workload and encoder this one shares (parallel environments warm one cache).
+        placement_candidates: 0: the action is the degree and first-fit places the job.
+            ``K > 0``: learned placement; the action picks one of the first ``K`` free blocks of
+            a degree and the job is placed inside it (``pacml.features.placement_candidates``).
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, sim_config: DictConfig | Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
                  mask: MaskKind = "feasible", reward: Callable[[StepOutcome], float] | None = None,
-                 share_with: ClusterEnv | None = None) -> None:
+                 share_with: ClusterEnv | None = None, placement_candidates: int = 0) -> None:
         super().__init__()
         if sim_config is None:
             sim_config = compose_sim_config(overrides)
@@ -82,17 +85,19 @@ class ClusterEnv(gym.Env[dict, int]):
             self.workload = build_workload(sim_config)
         self.max_degree = max(self.topology.degrees)
         fallback = float(sim_config.get("mean_interarrival_s") or 1.0)
-        self.encoder = Encoder(self.max_degree, mask, fallback_interarrival_s=fallback)
-        if share_with is not None and share_with.encoder.mask == mask:
+        self.encoder = Encoder(self.max_degree, mask, fallback_interarrival_s=fallback,
+                               placement_candidates=placement_candidates, degrees=self.topology.degrees)
+        if (share_with is not None and share_with.encoder.mask == mask
+                and share_with.encoder.placement_candidates == placement_candidates):
             self.encoder = share_with.encoder
         self.reward_fn = reward if reward is not None else JobAcceptance()
-        n_actions = self.max_degree + 1
+        n_actions = self.encoder.num_actions
         self.action_space = spaces.Discrete(n_actions)
         self.observation_space = spaces.Dict({
             "graph": spaces.Graph(node_space=spaces.Box(0.0, 1.0, (NODE_FEATURES,), np.float32),
                                   edge_space=spaces.Box(0.0, 1.0, (EDGE_FEATURES,), np.float32)),
             "globals": spaces.Box(-10.0, 10.0, (GLOBAL_FEATURES,), np.float32),
-            "actions": spaces.Box(-1.0, 10.0, (n_actions, ACTION_FEATURES), np.float32),
+            "actions": spaces.Box(-1.0, 10.0, (n_actions, self.encoder.num_action_features), np.float32),
             "action_mask": spaces.MultiBinary(n_actions),
         })
         self.sim: Simulation | None = None
@@ -129,9 +134,9 @@ class ClusterEnv(gym.Env[dict, int]):
         assert self.action_space.contains(action), f"{action!r} is not in {self.action_space}"
         action = int(action)
         invalid = not bool(self._raw["action_mask"][action])
-        degree = 0 if invalid else action
+        degree, servers = (0, None) if invalid else self.encoder.decision(self._raw, action)
         job = self._job
-        record = self.sim.apply(Decision(degree))
+        record = self.sim.apply(Decision(degree, servers))
         self.episode_actions.append(action)
         reward = float(self.reward_fn(StepOutcome(job, degree, record is None, record)))
         self.episode_return += reward

@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 
 from simulator.cluster import ClusterState
 from simulator.feasibility import MaskKind
+from simulator.topology import Block
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec
 
@@ -37,6 +38,7 @@ NODE_FEATURES = 7
 EDGE_FEATURES = 2
 GLOBAL_FEATURES = 11
 ACTION_FEATURES = 11
+PLACEMENT_ACTION_FEATURES = ACTION_FEATURES + 8
 
 
 @dataclass(frozen=True)
@@ -120,35 +122,39 @@ def global_features(job: JobSpec, state: ClusterState, fallback_interarrival_s: 
     ], dtype=np.float32)
 
 
+def _fill_option(row: NDArray[np.float32], job: JobSpec, state: ClusterState, degree: int, max_degree: int,
+                 gap_s: float, block: Block | None = None) -> None:
+    """The 11 degree features of one action (optionally restricted to ``block``)."""
+    table = state.feasibility
+    num = state.num_servers
+    row[1] = degree / max_degree
+    row[2] = 1.0
+    row[3] = float(table.enough_servers(degree))
+    all_blocks = len(state.topology.blocks(degree))
+    row[9] = len(table.free_blocks(degree)) / all_blocks if all_blocks else 0.0
+    placement = table.placement(degree, block)
+    if placement is None:
+        return
+    jct = table.jct_s(degree, block)
+    assert jct is not None
+    row[4] = 1.0
+    row[5] = float(table.meets_target(degree, block))
+    row[6] = min(jct / job.max_jct_s, 4.0) / 4.0 if job.max_jct_s > 0 else 0.0
+    row[7] = placement.num_servers / num
+    row[8] = (placement.num_servers - degree) / degree
+    row[10] = _log_scaled(placement.num_servers * jct / (num * gap_s))
+
+
 def action_features(job: JobSpec, state: ClusterState, max_degree: int,
                     fallback_interarrival_s: float = 1.0) -> NDArray[np.float32]:
     """Per-action features, ``(max_degree + 1, ACTION_FEATURES)`` (see module docstring)."""
-    table = state.feasibility
-    num = state.num_servers
     gap = _interarrival(state, fallback_interarrival_s)
     out = np.zeros((max_degree + 1, ACTION_FEATURES), dtype=np.float32)
     out[0, 0] = 1.0
     out[0, 2] = 1.0
-    for d in table.degrees:
-        if d > max_degree:
-            continue
-        row = out[d]
-        row[1] = d / max_degree
-        row[2] = 1.0
-        row[3] = float(table.enough_servers(d))
-        all_blocks = len(state.topology.blocks(d))
-        row[9] = len(table.free_blocks(d)) / all_blocks if all_blocks else 0.0
-        placement = table.placement(d)
-        if placement is None:
-            continue
-        jct = table.jct_s(d)
-        assert jct is not None
-        row[4] = 1.0
-        row[5] = float(table.meets_target(d))
-        row[6] = min(jct / job.max_jct_s, 4.0) / 4.0 if job.max_jct_s > 0 else 0.0
-        row[7] = placement.num_servers / num
-        row[8] = (placement.num_servers - d) / d
-        row[10] = _log_scaled(placement.num_servers * jct / (num * gap))
+    for d in state.feasibility.degrees:
+        if d <= max_degree:
+            _fill_option(out[d], job, state, d, max_degree, gap)
     return out
 
 
@@ -157,20 +163,80 @@ def action_mask(state: ClusterState, max_degree: int, kind: MaskKind = "feasible
     return state.feasibility.mask(kind, max_degree)
 
 
+def placement_candidates(state: ClusterState, per_degree: int) -> list[tuple[int, Block | None]]:
+    """Action slots of learned placement: slot 0 rejects; then, for each degree ascending, the
+    first ``per_degree`` free blocks in first-fit order (``(degree, None)`` pads missing ones)."""
+    out: list[tuple[int, Block | None]] = [(0, None)]
+    for d in state.feasibility.degrees:
+        blocks = state.feasibility.free_blocks(d)[:per_degree]
+        out += [(d, blocks[r] if r < len(blocks) else None) for r in range(per_degree)]
+    return out
+
+
+def candidate_features(job: JobSpec, state: ClusterState, candidates: list[tuple[int, Block | None]],
+                       max_degree: int, per_degree: int, fallback_interarrival_s: float = 1.0) -> NDArray[np.float32]:
+    """Features of every placement candidate, ``(len(candidates), PLACEMENT_ACTION_FEATURES)``.
+
+    The first 11 columns are the degree features of the block-restricted placement; then the
+    block's rank in first-fit order, its shape (groups, racks, servers per rack, as fractions of
+    the cluster's), its origin, and the fraction of free blocks of its size left after taking it.
+    """
+    gap = _interarrival(state, fallback_interarrival_s)
+    C, R, S = state.topology.shape
+    out = np.zeros((len(candidates), PLACEMENT_ACTION_FEATURES), dtype=np.float32)
+    out[0, 0] = 1.0
+    out[0, 2] = 1.0
+    free_before: dict[int, int] = {}
+    for i, (d, block) in enumerate(candidates[1:], start=1):
+        if block is None:
+            continue
+        row = out[i]
+        _fill_option(row, job, state, d, max_degree, gap, block)
+        x, y, z = block.shape
+        c, r, k = block.origin
+        row[ACTION_FEATURES:] = [((i - 1) % per_degree) / per_degree, x / C, y / R, max(z, 1) / S,
+                                 c / C, r / R, (k % S) / S, 0.0]
+        if d not in free_before:
+            free_before[d] = len(state.feasibility.free_blocks(d))
+        after = sum(1 for b in state.feasibility.free_blocks(d) if not b.mask & block.mask)
+        row[-1] = after / free_before[d] if free_before[d] else 0.0
+    return out
+
+
 class Encoder:
     """Builds observations, caching graph features by fingerprint.
 
     Args:
-        max_degree: Largest action (the action space is ``0..max_degree``).
+        max_degree: Largest degree (the degree-only action space is ``0..max_degree``).
         mask: Which feasibility mask the agent acts under.
         fallback_interarrival_s: Inter-arrival time used before two arrivals were seen.
+        placement_candidates: 0 = the agent picks a degree and first-fit places it; ``K > 0`` =
+            learned placement: an action is one of the first ``K`` free blocks of a degree (see
+            :func:`placement_candidates`), and the job is placed inside that block.
     """
 
-    def __init__(self, max_degree: int, mask: MaskKind = "feasible", fallback_interarrival_s: float = 1.0) -> None:
+    def __init__(self, max_degree: int, mask: MaskKind = "feasible", fallback_interarrival_s: float = 1.0,
+                 placement_candidates: int = 0, degrees: tuple[int, ...] = ()) -> None:
         self.max_degree = max_degree
         self.mask: MaskKind = mask
         self.fallback_interarrival_s = fallback_interarrival_s
+        self.placement_candidates = int(placement_candidates)
+        if self.placement_candidates and not degrees:
+            raise ValueError("learned placement needs the cluster's degrees")
+        self.degrees = tuple(degrees)
         self._graphs: dict[str, GraphFeatures] = {}
+
+    @property
+    def num_actions(self) -> int:
+        """Size of the action space."""
+        if self.placement_candidates:
+            return 1 + len(self.degrees) * self.placement_candidates
+        return self.max_degree + 1
+
+    @property
+    def num_action_features(self) -> int:
+        """Columns of the per-action feature rows."""
+        return PLACEMENT_ACTION_FEATURES if self.placement_candidates else ACTION_FEATURES
 
     def graph(self, graph: TrainingGraph) -> GraphFeatures:
         """Graph features (cached)."""
@@ -180,10 +246,29 @@ class Encoder:
         return feats
 
     def encode(self, job: JobSpec, state: ClusterState) -> dict:
-        """The observation dict: ``graph`` (GraphFeatures), ``globals``, ``actions``, ``action_mask``."""
-        return {
-            "graph": self.graph(job.graph),
-            "globals": global_features(job, state, self.fallback_interarrival_s),
-            "actions": action_features(job, state, self.max_degree, self.fallback_interarrival_s),
-            "action_mask": action_mask(state, self.max_degree, self.mask),
-        }
+        """The observation dict: ``graph`` (GraphFeatures), ``globals``, ``actions``, ``action_mask``
+        and, with learned placement, ``candidates`` (the ``(degree, block)`` of each action)."""
+        obs = {"graph": self.graph(job.graph),
+               "globals": global_features(job, state, self.fallback_interarrival_s)}
+        if not self.placement_candidates:
+            obs["actions"] = action_features(job, state, self.max_degree, self.fallback_interarrival_s)
+            obs["action_mask"] = action_mask(state, self.max_degree, self.mask)
+            return obs
+        candidates = placement_candidates(state, self.placement_candidates)
+        table = state.feasibility
+        test = {"paper": lambda d, b: table.enough_servers(d),
+                "placeable": lambda d, b: table.placement(d, b) is not None,
+                "feasible": table.feasible}[self.mask]
+        obs["candidates"] = candidates
+        obs["actions"] = candidate_features(job, state, candidates, self.max_degree, self.placement_candidates,
+                                            self.fallback_interarrival_s)
+        obs["action_mask"] = np.array([i == 0 or (b is not None and test(d, b))
+                                       for i, (d, b) in enumerate(candidates)], dtype=bool)
+        return obs
+
+    def decision(self, obs: dict, action: int) -> tuple[int, tuple[int, ...] | None]:
+        """``(degree, placement servers or None)`` that action ``action`` means for ``obs``."""
+        if not self.placement_candidates:
+            return action, None
+        degree, block = obs["candidates"][action]
+        return (degree, block.servers) if block is not None else (0, None)

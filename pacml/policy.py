@@ -35,7 +35,8 @@ def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: di
     payload = {"format": POLICY_FORMAT, "version": POLICY_VERSION, "model_config": model.config,
                "model": model.state_dict(),
                "encoder": {"max_degree": encoder.max_degree, "mask": encoder.mask,
-                           "fallback_interarrival_s": encoder.fallback_interarrival_s},
+                           "fallback_interarrival_s": encoder.fallback_interarrival_s,
+                           "placement_candidates": encoder.placement_candidates, "degrees": list(encoder.degrees)},
                "meta": meta or {}}
     buf = io.BytesIO()
     torch.save(payload, buf)
@@ -68,7 +69,8 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, Encoder, dict[str, Any]]
     model.load_state_dict(payload["model"])
     model.eval()
     enc = payload["encoder"]
-    encoder = Encoder(enc["max_degree"], enc["mask"], enc["fallback_interarrival_s"])
+    encoder = Encoder(enc["max_degree"], enc["mask"], enc["fallback_interarrival_s"],
+                      enc.get("placement_candidates", 0), tuple(enc.get("degrees", ())))
     return model, encoder, payload.get("meta", {})
 
 
@@ -111,22 +113,26 @@ class PacMLPolicy:
             self._embeddings[key] = emb
         return emb
 
-    def action_probabilities(self, job: JobSpec, state: ClusterState) -> torch.Tensor:
-        """Probability of every action ``0..max_degree`` (0 where masked)."""
-        obs = self.encoder.encode(job, state)
+    def _probabilities(self, job: JobSpec, obs: dict) -> torch.Tensor:
         with torch.no_grad():
             logits, _ = self.model(self._embedding(job), torch.from_numpy(obs["globals"]).unsqueeze(0),
                                    torch.from_numpy(obs["actions"]).unsqueeze(0),
                                    torch.from_numpy(obs["action_mask"]).unsqueeze(0))
         return torch.softmax(logits, dim=1)[0]
 
+    def action_probabilities(self, job: JobSpec, state: ClusterState) -> torch.Tensor:
+        """Probability of every action (0 where masked)."""
+        return self._probabilities(job, self.encoder.encode(job, state))
+
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
-        """The agent's degree for ``job`` (0 rejects)."""
-        probs = self.action_probabilities(job, state)
+        """The agent's degree (0 rejects) and, with learned placement, its block."""
+        obs = self.encoder.encode(job, state)
+        probs = self._probabilities(job, obs)
         if self.deterministic:
             action = int(torch.argmax(probs))
         else:
             action = int(torch.multinomial(probs, 1, generator=self._generator))
-        if action and action not in state.feasibility.degrees:
+        degree, servers = self.encoder.decision(obs, action)
+        if degree and degree not in state.feasibility.degrees:
             return Decision(0)
-        return Decision(action)
+        return Decision(degree, servers)

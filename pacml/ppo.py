@@ -86,6 +86,9 @@ class PPOConfig:
     """GNN message-passing rounds."""
     mask: str = "feasible"
     """Action mask: feasible (placeable and meets target), placeable, or paper."""
+    placement_candidates: int = 0
+    """0: the agent picks degrees, first-fit places them; K > 0: learned placement over the first
+    K free blocks of each degree."""
     warmstart: str | None = None
     """Behaviour-cloning warm start before PPO: ``auto`` imitates the best ``min_feasible``
     variant (smallest feasible degree >= k, k from ``warmstart_candidates``, chosen on the
@@ -167,10 +170,13 @@ class Trainer:
         torch.manual_seed(ppo.seed)
         self.rng = np.random.default_rng(ppo.seed)
         reward = reward if reward is not None else JobAcceptance()
-        first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward)  # type: ignore[arg-type]
-        self.envs = [first] + [ClusterEnv(sim_config, mask=ppo.mask, reward=reward, share_with=first)  # type: ignore[arg-type]
+        first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward,  # type: ignore[arg-type]
+                           placement_candidates=ppo.placement_candidates)
+        self.envs = [first] + [ClusterEnv(sim_config, mask=ppo.mask, reward=reward, share_with=first,  # type: ignore[arg-type]
+                                          placement_candidates=ppo.placement_candidates)
                                for _ in range(ppo.num_envs - 1)]
-        self.model = ActorCritic(hidden_channels=ppo.hidden_channels, num_layers=ppo.num_layers)
+        self.model = ActorCritic(hidden_channels=ppo.hidden_channels, num_layers=ppo.num_layers,
+                                 action_features=first.encoder.num_action_features)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=ppo.learning_rate, eps=1e-5)
         self.num_actions = self.envs[0].action_space.n
         # The critic predicts returns divided by the discount horizon 1/(1-gamma) (an average
@@ -345,6 +351,17 @@ class Trainer:
         log.info("warm-start teacher candidates (validation blocking): %s -> min_degree=%d", scores, best)
         return MinFeasible(best), scores
 
+    @staticmethod
+    def _teacher_action(raw: dict[str, Any], degree: int) -> int:
+        """The action index of a teacher's degree: itself, or with learned placement the first
+        valid block of that degree (reject if it has none)."""
+        if "candidates" not in raw:
+            return degree
+        for i, (d, _) in enumerate(raw["candidates"]):
+            if d == degree and raw["action_mask"][i]:
+                return i
+        return 0
+
     def warm_start(self, teacher: Any) -> dict[str, float]:
         """Imitate ``teacher`` (cross-entropy on its actions) and fit the critic to the discounted
         returns of its episodes, before PPO takes over."""
@@ -355,7 +372,7 @@ class Trainer:
             done_episodes = 0
             while done_episodes < cfg.warmstart_episodes:
                 raw = env.raw_observation
-                action = teacher.decide(env.current_job, env.current_state()).degree
+                action = self._teacher_action(raw, teacher.decide(env.current_job, env.current_state()).degree)
                 gid = self._graph_id(env)
                 _, reward, terminated, _, _ = env.step(action)
                 episode.append((gid, raw["globals"], raw["actions"], raw["action_mask"], action, reward))
