@@ -17,7 +17,13 @@ import numpy as np
 
 from pacml.env import compose_sim_config
 from pacml.policy import PacMLPolicy
-from simulator.build import build_feasibility, build_policy, build_simulation, build_topology, build_workload
+from simulator.build import (
+    build_feasibility,
+    build_policy,
+    build_simulation,
+    build_topology,
+    build_workload,
+)
 
 
 def main() -> None:

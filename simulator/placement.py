@@ -121,10 +121,8 @@ class OpPlacer:
 
     def first_fit_block(self, degree: int, occupied_mask: int) -> Block | None:
         """The first block of ``degree`` servers free of other jobs, or ``None``."""
-        for block in self.topology.blocks(degree):
-            if not block.mask & occupied_mask:
-                return block
-        return None
+        free = self.free_blocks(degree, occupied_mask)
+        return free[0] if free else None
 
     def free_blocks(self, degree: int, occupied_mask: int) -> tuple[Block, ...]:
         """Every block of ``degree`` servers free of other jobs, in first-fit order (cached)."""
