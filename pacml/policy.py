@@ -97,6 +97,10 @@ class PacMLPolicy:
         self.model = model
         self.encoder = encoder
         self.deterministic = deterministic
+        #: ``k`` of the ``min_feasible`` rule the agent was warm-started from (``None`` if not);
+        #: a lookahead planner wrapping the agent uses it as its fast rollout rule.
+        teacher = self.meta.get("teacher_min_degree")
+        self.teacher_min_degree: int | None = None if teacher is None else int(teacher)
         self._embeddings: dict[str, torch.Tensor] = {}
         self._generator = torch.Generator().manual_seed(0)
 

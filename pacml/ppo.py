@@ -190,6 +190,7 @@ class Trainer:
         self.elapsed_s = 0.0
         self.best_val = math.inf
         self.warmstarted = False
+        self.teacher_min_degree: int | None = None  # the warm-start rule's k (planners reuse it)
         self.history: list[dict[str, float]] = []
         self._writer: SummaryWriter | None = None
         self.episodes: list[dict[str, float]] = []
@@ -422,7 +423,7 @@ class Trainer:
         """Everything needed to continue exactly where this trainer is."""
         return {"format": "pacml-train", "version": 1, "update": self.update, "global_step": self.global_step,
                 "elapsed_s": self.elapsed_s, "best_val": self.best_val, "history": self.history,
-                "warmstarted": self.warmstarted,
+                "warmstarted": self.warmstarted, "teacher_min_degree": self.teacher_min_degree,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "torch_rng": torch.get_rng_state(), "np_rng": self.rng.bit_generator.state,
                 "envs": [env.snapshot() for env in self.envs], "graph_keys": list(self.graph_ids),
@@ -442,6 +443,7 @@ class Trainer:
         self.update, self.global_step = state["update"], state["global_step"]
         self.elapsed_s, self.best_val, self.history = state["elapsed_s"], state["best_val"], state["history"]
         self.warmstarted = state.get("warmstarted", False)
+        self.teacher_min_degree = state.get("teacher_min_degree")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for env, snap in zip(self.envs, state["envs"], strict=True):
@@ -457,7 +459,7 @@ class Trainer:
 
     def _meta(self) -> dict[str, Any]:
         return {"update": self.update, "global_step": self.global_step, "best_val_blocking_rate": self.best_val,
-                "ppo": asdict(self.cfg)}
+                "teacher_min_degree": self.teacher_min_degree, "ppo": asdict(self.cfg)}
 
     def _log(self, row: dict[str, float]) -> None:
         self.history.append(row)
@@ -480,6 +482,7 @@ class Trainer:
             teacher, scores = self.choose_teacher()
             stats = self.warm_start(teacher)
             self.warmstarted = True
+            self.teacher_min_degree = teacher.min_degree
             val = self.evaluate(cfg.eval_seeds)
             self.best_val = val["blocking_rate"]
             save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())

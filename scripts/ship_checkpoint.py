@@ -54,6 +54,19 @@ def plot_curve(metrics: Path, out: Path, title: str) -> None:
     plt.close(fig)
 
 
+def record_teacher(policy: Path, metrics: Path) -> None:
+    """Write the warm-start rule's k into the policy's metadata if the run predates that field
+    (the lookahead planner reads it); the weights are not touched."""
+    import torch
+
+    payload = torch.load(policy, map_location="cpu", weights_only=False)
+    rows = list(csv.DictReader(metrics.open()))
+    k = _float(rows[0], "warmstart/teacher_min_degree") if rows else float("nan")
+    if payload["meta"].get("teacher_min_degree") is None and k == k:
+        payload["meta"]["teacher_min_degree"] = int(k)
+        torch.save(payload, policy)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
@@ -63,6 +76,7 @@ def main() -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json"):
         shutil.copy2(args.run_dir / name, dest / name)
+    record_teacher(dest / "policy.pt", dest / "metrics.csv")
     summary = json.loads((args.run_dir / "train_summary.json").read_text())
     plot_curve(dest / "metrics.csv", dest / "training_curve.png",
                f"PAC-ML training, {args.name} ({summary['global_step']:,} decisions, "

@@ -76,6 +76,10 @@ class ClusterState:
             is known when it starts, so a scheduler knows when servers come back).
         horizon_s: Last arrival time of the episode (``None`` if open-ended).
         mean_interarrival_s: Mean gap between the arrivals seen so far (``nan`` at the first).
+        running: ``(end_time_s, server_mask)`` of every running job, by end time (what a
+            lookahead planner needs to replay releases exactly).
+        horizon_accounting: ``drain`` or ``paper`` (jobs still running at the horizon count as
+            blocked), so that planners optimise the metric the run reports.
     """
 
     time_s: float
@@ -86,6 +90,8 @@ class ClusterState:
     releases: tuple[tuple[float, int], ...] = ()
     horizon_s: float | None = None
     mean_interarrival_s: float = float("nan")
+    running: tuple[tuple[float, int], ...] = ()
+    horizon_accounting: str = "drain"
 
     @property
     def num_servers(self) -> int:

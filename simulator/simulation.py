@@ -197,14 +197,16 @@ class Simulation:
         """Snapshot for the pending job's decision (includes its feasibility table)."""
         if self._pending is None or self._pending.table is None:
             raise RuntimeError("no job is waiting for a decision")
-        releases = tuple(sorted((r.start_s + r.jct_s, r.placement.num_servers) for r in self._running.values()))
+        running = tuple(sorted((r.start_s + r.jct_s, r.placement.mask) for r in self._running.values()))
+        releases = tuple(sorted((end, mask.bit_count()) for end, mask in running))
         gaps = self._num_arrived - 1
         mean_gap = (self.env.now - self._first_arrival_s) / gaps if gaps > 0 else float("nan")
         return ClusterState(time_s=self.env.now, topology=self.topology,
                             occupied_mask=self.cluster.occupied_mask,
                             num_running_jobs=self.cluster.num_running_jobs,
                             feasibility=self._pending.table, releases=releases,
-                            horizon_s=self.horizon_s, mean_interarrival_s=mean_gap)
+                            horizon_s=self.horizon_s, mean_interarrival_s=mean_gap,
+                            running=running, horizon_accounting=self.accounting)
 
     def apply(self, decision: Decision) -> JobRecord | None:
         """Apply ``decision`` to the pending job.
@@ -298,6 +300,9 @@ class Simulation:
             policy: Decides every arriving job.
             progress: Optional tqdm-like bar; updated with simulated time (``total`` = horizon).
         """
+        bind = getattr(policy, "bind", None)
+        if callable(bind):  # planners that sample futures from the job distribution
+            bind(self.workload)
         policy.reset(self.seed)
         shown = 0.0
         while (job := self.next_job()) is not None:

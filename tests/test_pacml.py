@@ -232,21 +232,36 @@ def test_warm_start_imitates_the_best_heuristic_candidate(short_config, tmp_path
     assert first["eval/blocking_rate"] == pytest.approx(first["warmstart/teacher_val_blocking_rate"], abs=0.07)
 
 
-@pytest.mark.parametrize("beta", "ABCD")
-def test_shipped_checkpoints_load_and_act(beta: str) -> None:
+SHIPPED = [("paper_betaA", "paper", "A"), ("paper_betaB", "paper", "B"), ("paper_betaC", "paper", "C"),
+           ("paper_betaD", "paper", "D"), ("paper_betaA_placement", "paper", "A"),
+           ("paper_betaB_placement", "paper", "B"), ("paper_betaC_placement", "paper", "C"),
+           ("paper_betaD_placement", "paper", "D"), ("physical_betaD", "physical", "D")]
+
+
+@pytest.mark.parametrize(("name", "scenario", "beta"), SHIPPED)
+def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -> None:
     """Each shipped agent loads (with the config that trained it) and decides a short episode."""
     from pacml.policy import SHIPPED_DIR
 
-    folder = SHIPPED_DIR / f"paper_beta{beta}"
-    for name in ("policy.pt", "train_config.yaml", "metrics.csv", "training_curve.png"):
-        assert (folder / name).is_file(), name
-    policy = PacMLPolicy(f"paper_beta{beta}")
+    folder = SHIPPED_DIR / name
+    for file in ("policy.pt", "train_config.yaml", "metrics.csv", "training_curve.png"):
+        assert (folder / file).is_file(), file
+    policy = PacMLPolicy(name)
     assert policy.meta["ppo"]["mask"] == "feasible"
-    cfg = compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=5e4"])
+    assert policy.teacher_min_degree in (1, 2, 4, 6, 8, 16)
+    assert (policy.encoder.placement_candidates > 0) == name.endswith("_placement")
+    horizon_s = 5e4 if scenario == "paper" else 50.0
+    cfg = compose_sim_config([f"scenario={scenario}", f"beta={beta}", f"horizon_s={horizon_s}"])
     result = build_simulation(cfg, seed=0).run(policy)
     degrees = {r.degree for r in result.records if r.accepted}
-    assert result.summary["num_jobs_arrived"] == 51 and degrees <= {1, 2, 4, 6, 8, 16}
+    assert result.summary["num_jobs_arrived"] >= 50 and degrees <= {1, 2, 4, 6, 8, 16}
     assert result.summary["blocking_rate"] < 0.5
+
+
+def test_every_shipped_checkpoint_is_tested() -> None:
+    from pacml.policy import SHIPPED_DIR
+
+    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()) == sorted(n for n, _, _ in SHIPPED)
 
 
 def test_pacml_policy_config_picks_the_checkpoint_for_the_beta() -> None:

@@ -1,0 +1,212 @@
+"""Decision-time planning: Monte-Carlo rollouts of a fast rule over sampled futures.
+
+For each arriving job, :class:`RolloutLookahead` evaluates every feasible action (each degree,
+and reject) by simulating the next ``window_jobs`` arrivals under a fast base rule (the
+``min_feasible`` family), on ``num_futures`` sampled futures shared by all actions (common
+random numbers, so the comparison is paired). It takes the action with the fewest expected
+blocked jobs, but leaves the default action (a wrapped policy, e.g. the PAC-ML agent, or the
+base rule) only when another one is better by more than ``margin_jobs``: with a handful of
+noisy futures, an argmin over several actions otherwise picks deviations that only look good
+(selection bias). This is one step of policy improvement (Bertsekas's rollout algorithm) on
+top of any policy.
+
+Futures come from one of two models of the job stream (``futures``):
+
+* ``workload`` (default): the run's own job distribution (the simulation hands its workload to
+  the planner through :meth:`RolloutLookahead.bind`), sampled on streams independent of the
+  episode's; the same assumption as training an agent on that distribution.
+* ``observed``: bootstrap-resampled from the jobs *seen so far in this episode* (graph, beta and
+  gap to the previous arrival), for a scheduler that knows only the jobs it has been sent; until
+  ``min_history`` jobs have been seen it takes the default action.
+
+The rollout model is exact with respect to the simulator for the base rule: the same
+feasibility function (placement + lookahead, cached), releases at the running jobs' known end
+times, and the run's end-of-horizon accounting (with ``paper`` accounting, jobs still running
+at the horizon count as blocked).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+
+import numpy as np
+
+from simulator.cluster import ClusterState
+from simulator.feasibility import Feasibility, FeasibilityTable
+from simulator.policy import Decision, Policy
+from workloads.graph import TrainingGraph
+from workloads.jobs import JobSpec, Workload
+
+
+def min_feasible_degree(table: FeasibilityTable, min_degree: int) -> int:
+    """The ``MinFeasible(min_degree)`` rule: the smallest feasible degree >= ``min_degree``,
+    else the largest feasible one below it, else 0."""
+    below = 0
+    for d in table.degrees:
+        if table.feasible(d):
+            if d >= min_degree:
+                return d
+            below = d
+    return below
+
+
+class RolloutLookahead:
+    """One-step policy improvement by Monte-Carlo rollouts (see module docstring).
+
+    Args:
+        default: The policy whose action is kept unless a rollout finds a clearly better one
+            (``None``: the base rule itself).
+        rollout_min_degree: ``k`` of the base rule used inside rollouts (``MinFeasible(k)``);
+            ``None`` takes ``default.teacher_min_degree`` or ``default.min_degree`` when the
+            default policy has one (a PAC-ML checkpoint records its warm-start teacher), else 1.
+        window_jobs: Arrivals simulated after the decision.
+        num_futures: Sampled futures per decision (shared by all actions).
+        margin_jobs: Expected blocked jobs by which an action must beat the default one.
+        min_history: Jobs to observe before planning (``futures=observed``).
+        futures: ``workload`` or ``observed`` (see module docstring).
+        seed: Seed of the future sampler (reset per episode with the episode seed).
+    """
+
+    #: Jobs drawn from the workload per pool stream, and streams in the pool.
+    POOL_JOBS, POOL_STREAMS = 1000, 20
+
+    def __init__(self, default: Policy | None = None, rollout_min_degree: int | None = None,
+                 window_jobs: int = 100, num_futures: int = 32, margin_jobs: float = 0.25,
+                 min_history: int = 30, futures: str = "workload", seed: int = 0) -> None:
+        if futures not in ("workload", "observed"):
+            raise ValueError(f"policy.futures must be 'workload' or 'observed', got {futures!r}")
+        for name, value, low in (("window_jobs", window_jobs, 1), ("num_futures", num_futures, 1),
+                                 ("min_history", min_history, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"policy.{name} must be an integer >= {low}, got {value!r}")
+        if not (isinstance(margin_jobs, int | float) and math.isfinite(margin_jobs) and margin_jobs >= 0):
+            raise ValueError(f"policy.margin_jobs must be a number >= 0, got {margin_jobs!r}")
+        if rollout_min_degree is None:
+            rollout_min_degree = int(getattr(default, "teacher_min_degree", None)
+                                     or getattr(default, "min_degree", None) or 1)
+        if isinstance(rollout_min_degree, bool) or not isinstance(rollout_min_degree, int) or rollout_min_degree < 1:
+            raise ValueError(f"policy.rollout_min_degree must be an integer >= 1, got {rollout_min_degree!r}")
+        self.default = default
+        self.rollout_min_degree = rollout_min_degree
+        self.window_jobs = window_jobs
+        self.num_futures = num_futures
+        self.margin_jobs = float(margin_jobs)
+        self.min_history = min_history
+        self.futures = futures
+        self.seed = seed
+        self._pool: list[tuple[float, TrainingGraph, float, int]] = []
+        self._pool_source: int | None = None
+        self.stats = {"decisions": 0, "planned": 0, "changed": 0}
+        self.reset(None)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode: forget the observed jobs, reseed the sampler."""
+        self._rng = np.random.default_rng([self.seed, 0 if seed is None else int(seed)])
+        self._seen: list[tuple[float, TrainingGraph, float, int]] = []  # (gap_s, graph, beta, steps)
+        self._last_arrival_s: float | None = None
+        if self.default is not None:
+            self.default.reset(seed)
+
+    def bind(self, workload: Workload) -> None:
+        """Called by the simulation before an episode: the job distribution to sample futures
+        from (``futures=workload``). The pool is drawn once per workload, on seeds no episode
+        uses, and shared by all episodes."""
+        if self.futures != "workload" or self._pool_source == id(workload):
+            return
+        pool: list[tuple[float, TrainingGraph, float, int]] = []
+        for stream in range(self.POOL_STREAMS):
+            jobs = list(itertools.islice(workload.jobs(2**40 + 7919 * stream), self.POOL_JOBS))
+            pool += [(b.arrival_time_s - a.arrival_time_s, b.graph, b.beta, b.num_training_steps)
+                     for a, b in itertools.pairwise(jobs)]
+        self._pool, self._pool_source = pool, id(workload)
+
+    def _observe(self, job: JobSpec) -> None:
+        gap = 0.0 if self._last_arrival_s is None else job.arrival_time_s - self._last_arrival_s
+        self._last_arrival_s = job.arrival_time_s
+        if len(self._seen) or gap > 0:  # the first job has no gap to learn from
+            self._seen.append((gap, job.graph, job.beta, job.num_training_steps))
+
+    def _blocked_in_future(self, engine: Feasibility, now_s: float, running: list[tuple[float, int]],
+                           occupied: int, future: list[tuple[float, TrainingGraph, float, int]],
+                           horizon_s: float | None, paper: bool) -> int:
+        """Blocked jobs among ``future`` under the base rule (+ running at the horizon, if the
+        run counts those)."""
+        heap = list(running)
+        heapq.heapify(heap)
+        blocked, t = 0, now_s
+        k = self.rollout_min_degree
+        reached_horizon = False
+        for gap, graph, beta, steps in future:
+            t += gap
+            if horizon_s is not None and t >= horizon_s:
+                reached_horizon = True
+                break
+            while heap and heap[0][0] <= t:
+                occupied &= ~heapq.heappop(heap)[1]
+            table = engine.table(JobSpec(-1, t, graph, beta, steps), occupied)
+            d = min_feasible_degree(table, k)
+            if d:
+                placement = table.placement(d)
+                jct = table.jct_s(d)
+                assert placement is not None and jct is not None
+                occupied |= placement.mask
+                heapq.heappush(heap, (t + jct, placement.mask))
+            else:
+                blocked += 1
+        if paper and reached_horizon:
+            blocked += sum(1 for end, _ in heap if end > horizon_s)  # type: ignore[operator]
+        return blocked
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """The default action, or the action whose rollouts block clearly fewer jobs."""
+        self._observe(job)
+        self.stats["decisions"] += 1
+        table = state.feasibility
+        default = (self.default.decide(job, state) if self.default is not None
+                   else Decision(min_feasible_degree(table, self.rollout_min_degree)))
+        source = self._pool if self.futures == "workload" else self._seen
+        if self.futures == "workload" and not source:
+            raise RuntimeError("futures=workload needs bind(workload) first (Simulation.run does it)")
+        if default.placement is not None or (source is self._seen and len(source) < self.min_history):
+            return default  # placements chosen by the default policy are kept as they are
+        candidates = [0, *(d for d in table.degrees if table.feasible(d))]
+        if len(candidates) == 1:
+            return default
+        self.stats["planned"] += 1
+        if source is self._pool:  # contiguous stretches of independent streams
+            starts = self._rng.integers(0, len(source) - self.window_jobs, size=self.num_futures)
+            futures = [source[i:i + self.window_jobs] for i in starts]
+        else:
+            idx = self._rng.integers(0, len(source), size=(self.num_futures, self.window_jobs))
+            futures = [[source[i] for i in row] for row in idx]
+        engine = table.engine
+        paper = state.horizon_accounting == "paper"
+        running = list(state.running)
+        scores: dict[int, float] = {}
+        for d in candidates:
+            if d == 0:
+                occupied, run, now_blocked = state.occupied_mask, running, 1
+            else:
+                placement, jct = table.placement(d), table.jct_s(d)
+                assert placement is not None and jct is not None
+                occupied = state.occupied_mask | placement.mask
+                run, now_blocked = [*running, (state.time_s + jct, placement.mask)], 0
+            scores[d] = now_blocked + float(np.mean(
+                [self._blocked_in_future(engine, state.time_s, run, occupied, f, state.horizon_s, paper)
+                 for f in futures]))
+        base = default.degree if default.degree in scores else 0
+        best = min(candidates, key=lambda d: (scores[d], d))
+        if scores[best] < scores[base] - self.margin_jobs:
+            self.stats["changed"] += 1
+            return Decision(best)
+        return default
+
+    def __repr__(self) -> str:  # shown in logs and run summaries
+        return (f"RolloutLookahead(default={self.default!r}, k={self.rollout_min_degree}, "
+                f"window_jobs={self.window_jobs}, num_futures={self.num_futures}, "
+                f"margin_jobs={self.margin_jobs}, futures={self.futures!r})")
+
+
+__all__ = ["RolloutLookahead", "min_feasible_degree"]

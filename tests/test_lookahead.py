@@ -1,0 +1,140 @@
+"""The rollout lookahead planner: its model of the future is exact, and it is a safe wrapper."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pacml.env import compose_sim_config
+from simulator.build import (
+    build_feasibility,
+    build_policy,
+    build_simulation,
+    build_topology,
+    build_workload,
+)
+from simulator.policies.heuristics import MinFeasible
+from simulator.policies.lookahead import RolloutLookahead, min_feasible_degree
+from simulator.records import records_to_csv
+
+# 60 arrivals of the paper scenario (beta D): the cluster fills up and blocks within that.
+SHORT = ["scenario=paper", "beta=D", "horizon_s=60000"]
+
+
+@pytest.fixture(scope="module")
+def paper_short():
+    cfg = compose_sim_config(SHORT)
+    return cfg, build_feasibility(build_topology(cfg), cfg.sim), build_workload(cfg)
+
+
+class _Spy(MinFeasible):
+    """``MinFeasible`` that remembers the state and decision at one job."""
+
+    def __init__(self, k: int, at_job: int) -> None:
+        super().__init__(k)
+        self.at_job, self.seen = at_job, None
+
+    def decide(self, job, state):
+        decision = super().decide(job, state)
+        if job.job_id == self.at_job:
+            self.seen = (job, state, decision)
+        return decision
+
+
+@pytest.mark.parametrize("at_job", [10, 25, 40])
+def test_rollout_model_replays_the_simulator_exactly(paper_short, at_job: int) -> None:
+    """Fed the real future, a rollout of the base rule blocks exactly the jobs the simulation
+    blocks after the decision (paper accounting: plus every job running at the horizon)."""
+    cfg, feas, workload = paper_short
+    spy = _Spy(4, at_job)
+    result = build_simulation(cfg, seed=3, feasibility=feas, workload=workload).run(spy)
+    job, state, decision = spy.seen
+    jobs = list(itertools.islice(workload.jobs(3), 80))
+    future = [(b.arrival_time_s - a.arrival_time_s, b.graph, b.beta, b.num_training_steps)
+              for a, b in itertools.pairwise(jobs[at_job:])]
+    table = state.feasibility
+    running, occupied = list(state.running), state.occupied_mask
+    if decision.degree:
+        placement = table.placement(decision.degree)
+        running.append((state.time_s + table.jct_s(decision.degree), placement.mask))
+        occupied |= placement.mask
+    planner = RolloutLookahead(rollout_min_degree=4)
+    predicted = planner._blocked_in_future(feas, state.time_s, running, occupied, future,
+                                           state.horizon_s, paper=True)
+    actual = sum(1 for r in result.records if r.outcome == "blocked"
+                 and (r.job_id > at_job or r.block_reason == "running_at_horizon"))
+    assert actual > 0
+    assert predicted == actual
+
+
+def test_state_lists_running_jobs_with_their_servers(paper_short) -> None:
+    cfg, feas, workload = paper_short
+    spy = _Spy(4, 30)
+    build_simulation(cfg, seed=1, feasibility=feas, workload=workload).run(spy)
+    _, state, _ = spy.seen
+    assert state.running and len(state.running) == state.num_running_jobs
+    union = 0
+    for end_s, mask in state.running:
+        assert end_s > state.time_s and mask & union == 0
+        union |= mask
+    assert union == state.occupied_mask
+    assert [(e, m.bit_count()) for e, m in state.running] == sorted(state.releases)
+    assert state.horizon_accounting == "paper"
+
+
+def test_infinite_margin_keeps_the_default_policy(paper_short) -> None:
+    cfg, feas, workload = paper_short
+    plain = build_simulation(cfg, seed=2, feasibility=feas, workload=workload).run(MinFeasible(4))
+    planner = RolloutLookahead(MinFeasible(4), window_jobs=10, num_futures=2, margin_jobs=1e9, min_history=5)
+    wrapped = build_simulation(cfg, seed=2, feasibility=feas, workload=workload).run(planner)
+    assert records_to_csv(wrapped.records) == records_to_csv(plain.records)
+    assert planner.rollout_min_degree == 4 and planner.stats["planned"] > 0 and planner.stats["changed"] == 0
+
+
+@pytest.mark.parametrize("futures", ["workload", "observed"])
+def test_planner_is_deterministic_and_only_picks_feasible_actions(paper_short, futures: str) -> None:
+    cfg, feas, workload = paper_short
+
+    def run():
+        planner = RolloutLookahead(None, rollout_min_degree=4, window_jobs=15, num_futures=3,
+                                   margin_jobs=0.0, min_history=5, futures=futures)
+        out = build_simulation(cfg, seed=4, feasibility=feas, workload=workload).run(planner)
+        return planner, out
+
+    (p1, r1), (_, r2) = run(), run()
+    assert records_to_csv(r1.records) == records_to_csv(r2.records)
+    assert p1.stats["planned"] > 0 and p1.stats["changed"] > 0
+    # Every accepted job met its target and no job was blocked by the planner's own choice.
+    assert all(r.block_reason in ("", "rejected", "running_at_horizon") for r in r1.records)
+
+
+def test_min_feasible_degree_matches_the_heuristic(paper_short) -> None:
+    cfg, feas, workload = paper_short
+    for job in itertools.islice(workload.jobs(0), 10):
+        for occupied in (0, 0xFFFF, 0xF0F0F0F0, (1 << 32) - 1):
+            table = feas.table(job, occupied)
+            for k in (1, 4, 16):
+                from simulator.cluster import ClusterState
+
+                state = ClusterState(0.0, feas.topology, occupied, 0, table)
+                assert min_feasible_degree(table, k) == MinFeasible(k).decide(job, state).degree
+
+
+def test_config_and_errors() -> None:
+    policy = build_policy(compose_sim_config([*SHORT, "policy=lookahead"]))
+    assert isinstance(policy, RolloutLookahead) and policy.default is None
+    agent = build_policy(compose_sim_config([*SHORT, "policy=pacml_lookahead"]))
+    assert agent.rollout_min_degree == 4  # read from the shipped paper_betaD checkpoint
+    for bad in ({"window_jobs": 0}, {"num_futures": 1.5}, {"margin_jobs": -1.0}, {"rollout_min_degree": 0},
+                {"futures": "oracle"}):
+        with pytest.raises(ValueError, match="policy\\."):
+            RolloutLookahead(**bad)
+
+
+def test_workload_futures_need_a_bound_workload(paper_short) -> None:
+    cfg, feas, workload = paper_short
+    sim = build_simulation(cfg, seed=0, feasibility=feas, workload=workload)
+    job = sim.next_job()
+    with pytest.raises(RuntimeError, match="bind"):
+        RolloutLookahead(MinFeasible(4)).decide(job, sim.state())
