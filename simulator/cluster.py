@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from simulator.feasibility import FeasibilityTable
 from simulator.placement import Placement
@@ -72,8 +73,6 @@ class ClusterState:
         occupied_mask: Bitmask of servers held by running jobs.
         num_running_jobs: Jobs currently running.
         feasibility: The shared feasibility function evaluated for the arriving job.
-        releases: ``(end_time_s, num_servers)`` of every running job, by end time (a job's JCT
-            is known when it starts, so a scheduler knows when servers come back).
         horizon_s: Last arrival time of the episode (``None`` if open-ended).
         mean_interarrival_s: Mean gap between the arrivals seen so far (``nan`` at the first).
         running: ``(end_time_s, server_mask)`` of every running job, by end time (what a
@@ -87,11 +86,16 @@ class ClusterState:
     occupied_mask: int
     num_running_jobs: int
     feasibility: FeasibilityTable
-    releases: tuple[tuple[float, int], ...] = ()
     horizon_s: float | None = None
     mean_interarrival_s: float = float("nan")
     running: tuple[tuple[float, int], ...] = ()
     horizon_accounting: str = "drain"
+
+    @cached_property
+    def releases(self) -> tuple[tuple[float, int], ...]:
+        """``(end_time_s, num_servers)`` of every running job, by end time (a job's JCT is known
+        when it starts, so a scheduler knows when servers come back)."""
+        return tuple((end_s, mask.bit_count()) for end_s, mask in self.running)
 
     @property
     def num_servers(self) -> int:

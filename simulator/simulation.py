@@ -198,13 +198,12 @@ class Simulation:
         if self._pending is None or self._pending.table is None:
             raise RuntimeError("no job is waiting for a decision")
         running = tuple(sorted((r.start_s + r.jct_s, r.placement.mask) for r in self._running.values()))
-        releases = tuple(sorted((end, mask.bit_count()) for end, mask in running))
         gaps = self._num_arrived - 1
         mean_gap = (self.env.now - self._first_arrival_s) / gaps if gaps > 0 else float("nan")
         return ClusterState(time_s=self.env.now, topology=self.topology,
                             occupied_mask=self.cluster.occupied_mask,
                             num_running_jobs=self.cluster.num_running_jobs,
-                            feasibility=self._pending.table, releases=releases,
+                            feasibility=self._pending.table,
                             horizon_s=self.horizon_s, mean_interarrival_s=mean_gap,
                             running=running, horizon_accounting=self.accounting)
 

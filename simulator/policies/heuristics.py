@@ -14,7 +14,7 @@ import numpy as np
 
 from simulator.cluster import ClusterState
 from simulator.errors import InvalidDecision
-from simulator.feasibility import MaskKind
+from simulator.feasibility import FeasibilityTable, MaskKind
 from simulator.policy import Decision
 from workloads.jobs import JobSpec
 
@@ -119,6 +119,18 @@ class Sequential(FixedDegree):
         super().__init__(1)
 
 
+def min_feasible_degree(table: FeasibilityTable, min_degree: int) -> int:
+    """The ``MinFeasible(min_degree)`` rule: the smallest feasible degree >= ``min_degree``,
+    else the largest feasible one below it, else 0."""
+    below = 0
+    for d in table.degrees:
+        if table.feasible(d):
+            if d >= min_degree:
+                return d
+            below = d
+    return below
+
+
 class MinFeasible:
     """The smallest degree that can be placed now and whose simulated JCT meets the target.
 
@@ -142,11 +154,4 @@ class MinFeasible:
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Smallest feasible degree (>= ``min_degree`` when possible), or reject."""
-        table = state.feasibility
-        below = 0
-        for d in table.degrees:
-            if table.feasible(d):
-                if d >= self.min_degree:
-                    return Decision(d)
-                below = d
-        return Decision(below)
+        return Decision(min_feasible_degree(state.feasibility, self.min_degree))

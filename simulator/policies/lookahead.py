@@ -34,22 +34,11 @@ import math
 import numpy as np
 
 from simulator.cluster import ClusterState
-from simulator.feasibility import Feasibility, FeasibilityTable
+from simulator.feasibility import Feasibility
+from simulator.policies.heuristics import min_feasible_degree
 from simulator.policy import Decision, Policy
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec, Workload
-
-
-def min_feasible_degree(table: FeasibilityTable, min_degree: int) -> int:
-    """The ``MinFeasible(min_degree)`` rule: the smallest feasible degree >= ``min_degree``,
-    else the largest feasible one below it, else 0."""
-    below = 0
-    for d in table.degrees:
-        if table.feasible(d):
-            if d >= min_degree:
-                return d
-            below = d
-    return below
 
 
 class RolloutLookahead:
@@ -209,4 +198,4 @@ class RolloutLookahead:
                 f"margin_jobs={self.margin_jobs}, futures={self.futures!r})")
 
 
-__all__ = ["RolloutLookahead", "min_feasible_degree"]
+__all__ = ["RolloutLookahead"]
