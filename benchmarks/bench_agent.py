@@ -6,7 +6,7 @@ building and the network's forward pass. Each episode starts with cold placement
 and embedding caches. Also reports the same call repeated with the job's feasibility already
 computed (features + forward only).
 
-Usage: python benchmarks/bench_agent.py [--checkpoint paper_betaC] [--episodes 3] [--graphs paper]
+Usage: python benchmarks/bench_agent.py [--checkpoint paper_betaC] [--beta C] [--episodes 3] [--graphs paper]
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="paper_betaC")
     parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--beta", default="C", help="beta distribution of the episodes (A-D)")
     parser.add_argument("--graphs", default=None, help="workload.graphs override (e.g. nasnetamobile)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    overrides = ["scenario=paper", "beta=C"] + ([f"workload.graphs={args.graphs}"] if args.graphs else [])
+    overrides = ["scenario=paper", f"beta={args.beta}"] + ([f"workload.graphs={args.graphs}"] if args.graphs else [])
     result = {"checkpoint": args.checkpoint, "overrides": overrides, **measure(args.checkpoint, args.episodes, overrides)}
     print(json.dumps(result, indent=2))
     if args.json:

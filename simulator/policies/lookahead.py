@@ -88,6 +88,9 @@ class RolloutLookahead:
         self._pool: list[tuple[float, TrainingGraph, float, int]] = []
         self._pool_source: int | None = None
         self.stats = {"decisions": 0, "planned": 0, "changed": 0}
+        #: Expected blocked jobs per candidate degree at the last planned decision (``{}`` when
+        #: the last decision was not planned); read by distillation (``pacml.distill``).
+        self.last_scores: dict[int, float] = {}
         self.reset(None)
 
     def reset(self, seed: int | None = None) -> None:
@@ -152,6 +155,7 @@ class RolloutLookahead:
         """The default action, or the action whose rollouts block clearly fewer jobs."""
         self._observe(job)
         self.stats["decisions"] += 1
+        self.last_scores = {}
         table = state.feasibility
         default = (self.default.decide(job, state) if self.default is not None
                    else Decision(min_feasible_degree(table, self.rollout_min_degree)))
@@ -185,6 +189,7 @@ class RolloutLookahead:
             scores[d] = now_blocked + float(np.mean(
                 [self._blocked_in_future(engine, state.time_s, run, occupied, f, state.horizon_s, paper)
                  for f in futures]))
+        self.last_scores = scores
         base = default.degree if default.degree in scores else 0
         best = min(candidates, key=lambda d: (scores[d], d))
         if scores[best] < scores[base] - self.margin_jobs:
