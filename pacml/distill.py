@@ -1,0 +1,382 @@
+"""Distil a decision-time planner back into the agent's network (``pacml-distill``).
+
+The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) wrapped around a
+trained agent blocks fewer jobs than the agent, but costs hundreds of milliseconds per decision.
+Distillation keeps the planner's quality at the agent's cost, in two phases:
+
+1. **Demonstrations.** The planner (default action: the agent) runs episodes of the training
+   distribution on training seeds (never the evaluation or validation seeds). For every arrival
+   we keep the encoder's observation, the planner's action, the agent's action and the
+   planner's expected blocked jobs per candidate degree. Each episode is one ``.npz`` shard
+   written atomically, so an interrupted collection resumes where it stopped; episodes run in
+   ``workers`` processes.
+2. **Imitation.** The agent's network is fine-tuned with cross-entropy on the planner's actions
+   (changed decisions weighted by ``change_weight``: they are 3-8 % of decisions and carry all
+   the information). After every epoch the greedy network is evaluated on validation seeds, and
+   the best network, the starting one included, is kept: distillation never ships a policy
+   that validated worse than the agent it started from.
+
+The result is an ordinary policy checkpoint (``policy=pacml policy.checkpoint=...``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import multiprocessing as mp
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from pacml.env import TRAIN_SEED_LOW, ClusterEnv
+from pacml.model import graph_data
+from pacml.policy import PacMLPolicy, load_policy, save_policy
+from simulator.build import build_simulation
+from simulator.errors import ConfigError
+from simulator.policies.lookahead import RolloutLookahead
+from workloads.io import atomic_write, atomic_write_json, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+#: Distillation episodes use simulation seeds from here on (inside the training range).
+DISTILL_SEED_BASE = TRAIN_SEED_LOW + 7_000_000
+
+
+@dataclass
+class DistillConfig:
+    """Settings of one distillation run.
+
+    Attributes:
+        checkpoint: The agent to start from (file, run directory or shipped name).
+        episodes: Planner episodes to collect (each one full simulation of the run's config).
+        workers: Processes collecting episodes in parallel.
+        window_jobs: Planner rollout length (arrivals).
+        num_futures: Planner futures per decision.
+        margin_jobs: Planner margin (expected blocked jobs) to leave the agent's action.
+        seed: Offset of the episode seeds (``DISTILL_SEED_BASE + 1000 * seed + i``) and of the
+            imitation shuffling.
+        epochs: Imitation passes over the demonstrations.
+        learning_rate: Adam step size of the imitation.
+        batch_size: Decisions per minibatch.
+        change_weight: Loss weight of decisions where the planner changed the agent's action.
+        soft_temperature_jobs: ``None``: imitate the planner's action. A number ``T``: imitate
+            ``softmax(-expected_blocked_jobs / T)`` over the degrees the planner scored (its
+            margin credited to the agent's action), i.e. learn the planner's valuation of every
+            degree, not only its argmin; decisions the planner did not score keep the hard target.
+        eval_seeds: Validation seeds (never evaluation seeds 0-2) for picking the best epoch; 16
+            by default because with 4 a network that rejects too often on other seeds validated best.
+        time_budget_s: Stop collecting new episodes after this much wall time (``None``: no limit);
+            imitation runs on what was collected.
+        torch_threads: Torch threads per process.
+        demos_dir: Imitate the demonstrations already in this directory (the ``demos/`` of an
+            earlier run) instead of collecting: sweeps of the imitation settings cost ~1 min each.
+    """
+
+    checkpoint: str = "paper_betaD"
+    episodes: int = 16
+    workers: int = 2
+    window_jobs: int = 100
+    num_futures: int = 32
+    margin_jobs: float = 0.25
+    seed: int = 0
+    epochs: int = 20
+    learning_rate: float = 3e-4
+    batch_size: int = 512
+    change_weight: float = 1.0
+    soft_temperature_jobs: float | None = None
+    eval_seeds: list[int] = field(default_factory=lambda: list(range(500000, 500016)))
+    time_budget_s: float | None = None
+    torch_threads: int = 1
+    demos_dir: str | None = None
+
+
+# ---------------------------------------------------------------------------------- phase 1
+def _planner(cfg: DistillConfig) -> RolloutLookahead:
+    agent = PacMLPolicy(cfg.checkpoint)
+    return RolloutLookahead(agent, window_jobs=cfg.window_jobs, num_futures=cfg.num_futures,
+                            margin_jobs=cfg.margin_jobs, seed=cfg.seed)
+
+
+def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, path: Path) -> dict[str, float]:
+    """Run one planner episode on ``sim_seed`` and write its demonstrations to ``path`` (npz)."""
+    torch.set_num_threads(cfg.torch_threads)
+    planner = _planner(cfg)
+    agent = planner.default
+    assert isinstance(agent, PacMLPolicy)
+    env = ClusterEnv(sim_config, mask=agent.encoder.mask, placement_candidates=agent.encoder.placement_candidates)
+    if agent.encoder.placement_candidates:
+        raise ValueError("distillation supports degree-only agents (placement_candidates=0)")
+    planner.bind(env.workload)
+    planner.reset(sim_seed)
+    env.reset(options={"sim_seed": sim_seed})
+    n_actions = env.action_space.n
+    keys: list[str] = []
+    globals_, actions, masks, chosen, agent_actions, scores = [], [], [], [], [], []
+    terminated, info = False, {}
+    while not terminated:
+        raw = env.raw_observation
+        job, state = env.current_job, env.current_state()
+        decision = planner.decide(job, state)
+        agent_action = int(torch.argmax(agent._probabilities(job, raw)))  # what the agent alone does
+        row = np.full(n_actions, np.nan, dtype=np.float32)
+        for degree, score in planner.last_scores.items():
+            row[degree] = score
+        keys.append(raw["graph"].key)
+        globals_.append(raw["globals"])
+        actions.append(raw["actions"])
+        masks.append(raw["action_mask"])
+        chosen.append(decision.degree)
+        agent_actions.append(agent_action)
+        scores.append(row)
+        _, _, terminated, _, info = env.step(decision.degree)
+    data = {"graph_key": np.array(keys), "globals": np.stack(globals_), "actions": np.stack(actions),
+            "mask": np.stack(masks), "action": np.array(chosen, dtype=np.int64),
+            "agent_action": np.array(agent_actions, dtype=np.int64), "scores": np.stack(scores)}
+
+    def write(fh: Any) -> None:
+        np.savez_compressed(fh, **data)
+
+    atomic_write(path, write)
+    summary = info["summary"]
+    return {"seed": sim_seed, "decisions": len(chosen), "changed": int(np.sum(data["action"] != data["agent_action"])),
+            "blocking_rate": float(summary["blocking_rate"])}
+
+
+def _collect_worker(args: tuple[dict, dict, int, str]) -> dict[str, float]:
+    sim_dict, cfg_dict, sim_seed, path = args
+    return collect_episode(OmegaConf.create(sim_dict), DistillConfig(**cfg_dict), sim_seed, Path(path))
+
+
+def collect(sim_config: DictConfig, cfg: DistillConfig, out_dir: Path, progress: bool = True) -> list[Path]:
+    """Collect ``cfg.episodes`` planner episodes into ``out_dir/demos`` (existing shards are kept)."""
+    demo_dir = out_dir / "demos"
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    seeds = [DISTILL_SEED_BASE + 1000 * cfg.seed + i for i in range(cfg.episodes)]
+    paths = {s: demo_dir / f"episode_{s}.npz" for s in seeds}
+    todo = [s for s in seeds if not paths[s].exists()]
+    if len(todo) < len(seeds):
+        log.info("resuming: %d of %d episodes already collected", len(seeds) - len(todo), len(seeds))
+    sim_dict = OmegaConf.to_container(sim_config, resolve=True)
+    jobs = [(sim_dict, asdict(cfg), s, str(paths[s])) for s in todo]
+    start = time.perf_counter()
+    log_path = out_dir / "demos.jsonl"
+    bar = tqdm(total=len(seeds), initial=len(seeds) - len(todo), disable=not progress, unit="episode",
+               desc="planner episodes")
+    def done(stats: dict[str, float]) -> bool:
+        with log_path.open("a") as fh:
+            fh.write(json.dumps(stats) + "\n")
+        bar.update(1)
+        bar.set_postfix(block=f"{stats['blocking_rate']:.3f}", changed=stats["changed"])
+        over = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
+        if over:
+            log.info("collection time budget reached; imitating what was collected")
+        return over
+
+    if jobs and cfg.workers <= 1:
+        for job in jobs:
+            if done(_collect_worker(job)):
+                break
+    elif jobs:
+        ctx = mp.get_context("spawn")  # fresh interpreters: no forked torch thread pools
+        with ctx.Pool(min(cfg.workers, len(jobs))) as pool:
+            for stats in pool.imap_unordered(_collect_worker, jobs):
+                if done(stats):
+                    pool.terminate()
+                    break
+    bar.close()
+    return [p for p in paths.values() if p.exists()]
+
+
+def load_demos(paths: list[Path]) -> dict[str, np.ndarray]:
+    """Concatenate demonstration shards."""
+    if not paths:
+        raise ValueError("no demonstration episodes collected")
+    shards = [dict(np.load(p)) for p in sorted(paths)]
+    return {k: np.concatenate([s[k] for s in shards]) for k in shards[0]}
+
+
+# ---------------------------------------------------------------------------------- phase 2
+def _evaluate(sim_config: DictConfig, policy: PacMLPolicy, seeds: list[int], env: ClusterEnv) -> float:
+    policy.model.eval()
+    rates = [build_simulation(sim_config, seed=s, feasibility=env.feasibility, workload=env.workload)
+             .run(policy).summary["blocking_rate"] for s in seeds]
+    return float(np.mean(rates))
+
+
+def _targets(demos: dict[str, np.ndarray], cfg: DistillConfig) -> torch.Tensor:
+    """Class indices (hard targets) or per-action probabilities (soft targets)."""
+    if cfg.soft_temperature_jobs is None:
+        return torch.from_numpy(demos["action"])
+    scores = demos["scores"].astype(np.float64).copy()
+    rows = np.arange(len(scores))
+    scores[rows, demos["agent_action"]] -= cfg.margin_jobs  # the planner's preference for the agent
+    scored = ~np.isnan(scores)
+    logits = np.where(scored, -scores / cfg.soft_temperature_jobs, -np.inf)
+    has = scored.any(1)
+    logits[has] -= logits[has].max(1, keepdims=True)
+    probs = np.zeros_like(scores)
+    probs[has] = np.exp(logits[has])
+    probs[has] /= probs[has].sum(1, keepdims=True)
+    probs[~has, demos["action"][~has]] = 1.0
+    return torch.from_numpy(probs.astype(np.float32))
+
+
+def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndarray], out_dir: Path,
+            progress: bool = True) -> dict[str, Any]:
+    """Fine-tune the agent on the planner's actions; keep the best epoch by validation."""
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model, encoder, meta = load_policy(cfg.checkpoint)
+    env = ClusterEnv(sim_config, mask=encoder.mask)
+    by_key = {g.fingerprint: g for g in env.workload.training_graphs}
+    keys = sorted(set(demos["graph_key"].tolist()))
+    missing = [k for k in keys if k not in by_key]
+    if missing:
+        raise ValueError(f"demonstrations hold graphs that are not in this workload: {missing[:3]}")
+    graph_list = [graph_data(encoder.graph(by_key[k])) for k in keys]
+    gid = torch.tensor([keys.index(k) for k in demos["graph_key"].tolist()])
+    g = torch.from_numpy(demos["globals"])
+    a = torch.from_numpy(demos["actions"])
+    m = torch.from_numpy(demos["mask"])
+    y = torch.from_numpy(demos["action"])
+    changed = demos["action"] != demos["agent_action"]
+    target = _targets(demos, cfg)
+    w = torch.from_numpy(np.where(changed, cfg.change_weight, 1.0).astype(np.float32))
+    n = len(y)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    policy = PacMLPolicy(model=model, encoder=encoder)
+    policy.meta = dict(meta)
+    rows: list[dict[str, float]] = []
+
+    def record(epoch: int, loss: float, acc: float, acc_changed: float) -> float:
+        val = _evaluate(sim_config, policy, cfg.eval_seeds, env)
+        rows.append({"epoch": epoch, "loss": loss, "accuracy": acc, "accuracy_changed": acc_changed,
+                     "val_blocking_rate": val})
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(out_dir / "distill_metrics.csv", out.getvalue())
+        return val
+
+    def accuracy() -> tuple[float, float]:
+        model.eval()
+        with torch.no_grad():
+            emb = model.embed(graph_list)
+            preds = []
+            for s in range(0, n, 4096):
+                logits, _ = model(emb[gid[s:s + 4096]], g[s:s + 4096], a[s:s + 4096], m[s:s + 4096])
+                preds.append(logits.argmax(1))
+            hit = (torch.cat(preds) == y).numpy()
+        return float(hit.mean()), float(hit[changed].mean()) if changed.any() else math.nan
+
+    acc0, accc0 = accuracy()
+    best_val = record(0, math.nan, acc0, accc0)
+    best_epoch = 0
+    meta_out = {**meta, "distill": {**asdict(cfg), "decisions": n, "changed": int(changed.sum())}}
+    save_policy(out_dir / "policy.pt", model, encoder, {**meta_out, "distill_epoch": 0, "best_val_blocking_rate": best_val})
+    log.info("start: validation %.4f, accuracy %.4f (changed decisions %.4f)", best_val, acc0, accc0)
+    bar = tqdm(range(1, cfg.epochs + 1), disable=not progress, desc="imitation", unit="epoch")
+    for epoch in bar:
+        model.train()
+        order = torch.from_numpy(rng.permutation(n))
+        losses = []
+        for s in range(0, n, cfg.batch_size):
+            mb = order[s:s + cfg.batch_size]
+            uniq, inverse = torch.unique(gid[mb], return_inverse=True)
+            emb = model.embed([graph_list[i] for i in uniq.tolist()])[inverse]
+            logits, _ = model(emb, g[mb], a[mb], m[mb])
+            loss = (torch.nn.functional.cross_entropy(logits, target[mb], reduction="none") * w[mb]).sum() / w[mb].sum()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            losses.append(float(loss.detach()))
+        policy._embeddings.clear()  # parameters changed: cached graph embeddings are stale
+        acc, accc = accuracy()
+        val = record(epoch, float(np.mean(losses)), acc, accc)
+        bar.set_postfix(val=f"{val:.4f}", acc_changed=f"{accc:.3f}")
+        log.info("epoch %d: loss %.4f, accuracy %.4f (changed %.4f), validation %.4f",
+                 epoch, np.mean(losses), acc, accc, val)
+        if val < best_val:
+            best_val, best_epoch = val, epoch
+            save_policy(out_dir / "policy.pt", model, encoder,
+                        {**meta_out, "distill_epoch": epoch, "best_val_blocking_rate": val})
+    summary = {"decisions": n, "changed": int(changed.sum()), "start_val_blocking_rate": rows[0]["val_blocking_rate"],
+               "best_val_blocking_rate": best_val, "best_epoch": best_epoch}
+    atomic_write_json(out_dir / "distill_summary.json", summary)
+    return summary
+
+
+def distill(sim_config: DictConfig, cfg: DistillConfig, out_dir: Path, progress: bool = True) -> dict[str, Any]:
+    """Both phases; returns the summary (also written to ``distill_summary.json``)."""
+    start = time.perf_counter()
+    if cfg.demos_dir is not None:
+        paths = sorted(Path(cfg.demos_dir).glob("episode_*.npz"))
+        if not paths:
+            raise ConfigError(f"{cfg.demos_dir}: no demonstration shards (episode_*.npz)", field="distill.demos_dir")
+        log.info("imitating %d episodes from %s", len(paths), cfg.demos_dir)
+    else:
+        paths = collect(sim_config, cfg, out_dir, progress)
+    collect_s = time.perf_counter() - start
+    summary = imitate(sim_config, cfg, load_demos(paths), out_dir, progress)
+    summary.update({"episodes": len(paths), "collect_wall_s": collect_s, "wall_s": time.perf_counter() - start})
+    atomic_write_json(out_dir / "distill_summary.json", summary)
+    return summary
+
+
+__all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "distill", "imitate", "load_demos"]
+
+
+# ---------------------------------------------------------------------------------- CLI
+PROG = "pacml-distill"
+
+
+def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Run :func:`distill` from a composed ``conf/distill.yaml`` (re-running in the same
+    directory resumes the collection)."""
+    data = OmegaConf.to_container(cfg.distill, resolve=True)
+    assert isinstance(data, dict)
+    unknown = set(data) - set(DistillConfig.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"unknown keys {sorted(unknown)}", field="distill")
+    dcfg = DistillConfig(**data)  # type: ignore[arg-type]
+    sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("distill", "hydra", "progress")])
+    (out_dir / "distill_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    summary = distill(sim_cfg, dcfg, out_dir, progress=bool(cfg.get("progress", True)))
+    log.info("distilled %d decisions (%d changed by the planner): validation %.4f -> %.4f; policy %s",
+             summary["decisions"], summary["changed"], summary["start_val_blocking_rate"],
+             summary["best_val_blocking_rate"], out_dir / "policy.pt")
+    return summary
+
+
+def main() -> None:
+    """Console entry point (``pacml-distill``)."""
+    import sys
+
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from simulator.cli import check_group_choices, report_user_errors
+
+    @hydra.main(version_base=None, config_path="pkg://conf", config_name="distill")
+    def _hydra_main(cfg: DictConfig) -> None:
+        out = Path(HydraConfig.get().runtime.output_dir)
+        report_user_errors(PROG, lambda: distill_from_config(cfg, out))
+
+    check_group_choices(PROG, sys.argv[1:], ("cluster", "workload", "arrivals", "beta", "scenario"))
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
