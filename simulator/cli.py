@@ -11,11 +11,28 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from omegaconf import OmegaConf
+
 from simulator.errors import ConfigError, InvalidDecision
 from workloads.errors import WorkloadError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 USER_ERRORS = (WorkloadError, ConfigError, InvalidDecision)
+
+
+def path_safe(name: str) -> str:
+    """``name`` as one directory name: ``/`` becomes ``%2F``.
+
+    Sweep runs are named by their overrides (``conf/sim.yaml``: ``hydra.sweep.subdir``); an override
+    holding a path (``policy.checkpoint=outputs/train/run/policy.pt``) would otherwise nest the
+    run several directories deep.
+    """
+    return name.replace("/", "%2F")
+
+
+# Registered on import: every console command imports this module before Hydra composes, and
+# sweep workers (joblib, submitit) import it when they unpickle the command's task function.
+OmegaConf.register_new_resolver("pacml_path_safe", path_safe, replace=True)
 
 
 def fail(prog: str, message: str) -> NoReturn:

@@ -135,3 +135,16 @@ def test_sweep_through_submitit_local(tmp_path: Path) -> None:
     assert sorted(p.parent.name for p in sweep.glob("*/summary.json")) == [
         f"beta=A,horizon_s=20000.0,policy={p},seed=0" for p in ("para_max", "para_min")]
     assert (sweep / ".submitit").is_dir()  # jobs went through submitit
+
+
+def test_a_path_in_an_override_names_one_run_directory(tmp_path: Path) -> None:
+    """``policy.checkpoint=a/b/policy.pt`` must not nest the run three directories deep."""
+    sweep = tmp_path / "paths"
+    ckpt = "pacml/checkpoints/paper_betaC/policy.pt"
+    root = Path(__file__).resolve().parents[1]
+    run([*SIM, "-m", "policy=pacml", f"policy.checkpoint={root / ckpt}", "beta=C", "seed=0,1", "horizon_s=2e4",
+         "progress=false", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    runs = sorted(p.parent for p in sweep.rglob("summary.json"))
+    assert [r.parent for r in runs] == [sweep, sweep]
+    assert runs[0].name.startswith("beta=C,horizon_s=20000.0,policy.checkpoint=%2F")
+    assert runs[0].name.endswith("%2Fpolicy.pt,policy=pacml,seed=0")
