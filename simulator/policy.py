@@ -3,6 +3,10 @@
 A policy is any object with ``reset(seed)`` and ``decide(job, state) -> Decision``; build it
 with ``hydra.utils.instantiate`` from ``conf/policy/<name>.yaml``. Policies read the snapshot
 and return a decision; they never mutate simulator state.
+
+Optional hook: ``bind(workload)``, called by ``Simulation.run`` before each episode with the
+run's :class:`~workloads.jobs.Workload` (the rollout planner samples futures from it). A
+policy that wraps another should forward it.
 """
 
 from __future__ import annotations
