@@ -351,6 +351,10 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}", field="distill")
     dcfg = DistillConfig(**data)  # type: ignore[arg-type]
+    try:  # fail before any work, naming this command's key
+        load_policy(dcfg.checkpoint)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).split(": ", 1)[-1], field="distill.checkpoint") from None
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("distill", "hydra", "progress")])
     (out_dir / "distill_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     summary = distill(sim_cfg, dcfg, out_dir, progress=bool(cfg.get("progress", True)))

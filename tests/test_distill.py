@@ -119,3 +119,17 @@ def test_imitating_existing_demonstrations_skips_collection(demos, tmp_path) -> 
     with pytest.raises(ValueError, match="no demonstration shards"):
         distill(compose_sim_config(SHORT), DistillConfig(**{**SMALL, "demos_dir": str(tmp_path)}), tmp_path,
                 progress=False)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("distill.checkpoint=nope", "field 'distill.checkpoint': no policy checkpoint at 'nope'"),
+    ("+distill.nope=1", "field 'distill': unknown keys ['nope']"),
+])
+def test_console_command_bad_input_is_one_line(tmp_path, override: str, message: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from pacml.distill import main; main()", override,
+                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"pacml-distill: error: {message}") and proc.stderr.count("\n") == 1
