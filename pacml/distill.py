@@ -37,7 +37,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from pacml.critic import CriticPolicy, save_critic, train_critic
 from pacml.env import TRAIN_SEED_LOW, ClusterEnv
+from pacml.features import server_features, take_features
 from pacml.model import graph_data
 from pacml.policy import PacMLPolicy, load_policy, save_policy
 from simulator.build import build_simulation
@@ -77,6 +79,12 @@ class DistillConfig:
         time_budget_s: Stop collecting new episodes after this much wall time (``None``: no limit);
             imitation runs on what was collected.
         torch_threads: Torch threads per process.
+        mode: ``imitate`` (fine-tune the agent's network on the planner's actions) or ``critic``
+            (train a :class:`pacml.critic.DeviationCritic` on the planner's per-degree estimates
+            and pick its margin on the validation seeds; see :mod:`pacml.critic`).
+        critic_epochs, critic_hidden: Critic training settings.
+        critic_margins: Margins (expected blocked jobs) tried on the validation seeds; the agent
+            alone (no override) is always a candidate too.
         demos_dir: Imitate the demonstrations already in this directory (the ``demos/`` of an
             earlier run) instead of collecting: sweeps of the imitation settings cost ~1 min each.
     """
@@ -97,6 +105,10 @@ class DistillConfig:
     time_budget_s: float | None = None
     torch_threads: int = 1
     demos_dir: str | None = None
+    mode: str = "critic"
+    critic_epochs: int = 25
+    critic_hidden: int = 128
+    critic_margins: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.25, 0.5])
 
 
 # ---------------------------------------------------------------------------------- phase 1
@@ -121,6 +133,8 @@ def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, p
     n_actions = env.action_space.n
     keys: list[str] = []
     globals_, actions, masks, chosen, agent_actions, scores = [], [], [], [], [], []
+    servers, takes = [], []
+    enc = agent.encoder
     terminated, info = False, {}
     while not terminated:
         raw = env.raw_observation
@@ -137,10 +151,13 @@ def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, p
         chosen.append(decision.degree)
         agent_actions.append(agent_action)
         scores.append(row)
+        servers.append(server_features(state, enc.fallback_interarrival_s))
+        takes.append(take_features(state, enc.max_degree, enc.fallback_interarrival_s))
         _, _, terminated, _, info = env.step(decision.degree)
     data = {"graph_key": np.array(keys), "globals": np.stack(globals_), "actions": np.stack(actions),
             "mask": np.stack(masks), "action": np.array(chosen, dtype=np.int64),
-            "agent_action": np.array(agent_actions, dtype=np.int64), "scores": np.stack(scores)}
+            "agent_action": np.array(agent_actions, dtype=np.int64), "scores": np.stack(scores),
+            "servers": np.stack(servers), "take": np.stack(takes)}
 
     def write(fh: Any) -> None:
         np.savez_compressed(fh, **data)
@@ -318,6 +335,50 @@ def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndar
     return summary
 
 
+def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndarray], out_dir: Path,
+               progress: bool = True) -> dict[str, Any]:
+    """Train the deviation critic and pick its margin on the validation seeds (``mode=critic``).
+
+    Writes ``critic.pt`` (with the agent's checkpoint and the chosen margin in its metadata, so
+    ``policy=pacml_critic policy.critic=...`` needs nothing else) and ``critic_metrics.csv``.
+    """
+    torch.set_num_threads(cfg.torch_threads)
+    agent = PacMLPolicy(cfg.checkpoint)
+    critic, losses = train_critic(demos, epochs=cfg.critic_epochs, hidden=cfg.critic_hidden, seed=cfg.seed)
+    env = ClusterEnv(sim_config, mask=agent.encoder.mask)
+    rows: list[dict[str, Any]] = []
+    candidates = [math.inf, *sorted(cfg.critic_margins)]
+    for margin in tqdm(candidates, disable=not progress, desc="critic margins", unit="margin"):
+        policy = CriticPolicy(critic_model=critic, agent=agent, margin_jobs=margin)
+        rates, changed = [], []
+        for seed in cfg.eval_seeds:
+            sim = build_simulation(sim_config, seed=seed, feasibility=env.feasibility, workload=env.workload)
+            rates.append(sim.run(policy).summary["blocking_rate"])
+            changed.append(policy.stats["changed"])
+        rows.append({"margin_jobs": margin, "val_blocking_rate": float(np.mean(rates)),
+                     "changed_per_episode": float(np.mean(changed))})
+        log.info("margin %s: validation %.4f, %.1f decisions changed per episode", margin, rows[-1]["val_blocking_rate"],
+                 rows[-1]["changed_per_episode"])
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out_dir / "critic_metrics.csv", out.getvalue())
+    best = min(rows, key=lambda r: (r["val_blocking_rate"], -r["margin_jobs"]))  # ties: the larger margin
+    n = len(demos["action"])
+    changed_demo = int(np.sum(demos["action"] != demos["agent_action"]))
+    save_critic(out_dir / "critic.pt", critic, {
+        "agent_checkpoint": cfg.checkpoint, "margin_jobs": best["margin_jobs"],
+        "val_blocking_rate": best["val_blocking_rate"], "agent_val_blocking_rate": rows[0]["val_blocking_rate"],
+        "distill": {**asdict(cfg), "decisions": n, "changed": changed_demo}, "losses": losses})
+    summary = {"decisions": n, "changed": changed_demo, "start_val_blocking_rate": rows[0]["val_blocking_rate"],
+               "best_val_blocking_rate": best["val_blocking_rate"],
+               "margin_jobs": None if math.isinf(best["margin_jobs"]) else best["margin_jobs"],
+               "critic_final_loss": losses[-1] if losses else None}
+    atomic_write_json(out_dir / "distill_summary.json", summary)
+    return summary
+
+
 def distill(sim_config: DictConfig, cfg: DistillConfig, out_dir: Path, progress: bool = True) -> dict[str, Any]:
     """Both phases; returns the summary (also written to ``distill_summary.json``)."""
     start = time.perf_counter()
@@ -329,13 +390,17 @@ def distill(sim_config: DictConfig, cfg: DistillConfig, out_dir: Path, progress:
     else:
         paths = collect(sim_config, cfg, out_dir, progress)
     collect_s = time.perf_counter() - start
-    summary = imitate(sim_config, cfg, load_demos(paths), out_dir, progress)
+    if cfg.mode == "critic":
+        summary = fit_critic(sim_config, cfg, load_demos(paths), out_dir, progress)
+    else:
+        summary = imitate(sim_config, cfg, load_demos(paths), out_dir, progress)
     summary.update({"episodes": len(paths), "collect_wall_s": collect_s, "wall_s": time.perf_counter() - start})
     atomic_write_json(out_dir / "distill_summary.json", summary)
     return summary
 
 
-__all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "distill", "imitate", "load_demos"]
+__all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "distill", "fit_critic", "imitate",
+           "load_demos"]
 
 
 # ---------------------------------------------------------------------------------- CLI
@@ -351,6 +416,8 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}", field="distill")
     dcfg = DistillConfig(**data)  # type: ignore[arg-type]
+    if dcfg.mode not in ("imitate", "critic"):
+        raise ConfigError(f"must be 'imitate' or 'critic', got {dcfg.mode!r}", field="distill.mode")
     try:  # fail before any work, naming this command's key
         load_policy(dcfg.checkpoint)
     except ConfigError as exc:
@@ -358,9 +425,9 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("distill", "hydra", "progress")])
     (out_dir / "distill_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     summary = distill(sim_cfg, dcfg, out_dir, progress=bool(cfg.get("progress", True)))
-    log.info("distilled %d decisions (%d changed by the planner): validation %.4f -> %.4f; policy %s",
+    log.info("distilled %d decisions (%d changed by the planner): validation %.4f -> %.4f; %s",
              summary["decisions"], summary["changed"], summary["start_val_blocking_rate"],
-             summary["best_val_blocking_rate"], out_dir / "policy.pt")
+             summary["best_val_blocking_rate"], out_dir / ("critic.pt" if dcfg.mode == "critic" else "policy.pt"))
     return summary
 
 

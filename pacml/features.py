@@ -16,6 +16,10 @@ so a trained agent sees identical inputs in both.
   beyond ``a`` / a, free blocks of size ``a`` / all blocks of size ``a``, and the server-time the
   job would hold, in cluster-interarrival units (log-scaled). These come from the simulator's
   shared feasibility function, so the agent's inputs are the same facts heuristics use.
+* **Cluster state** (used by the deviation critic, :mod:`pacml.critic`): per server, ``[held,
+  log(1 + time until its job ends / mean inter-arrival)]``; per action, the servers first fit would
+  give the job (a 0/1 row over servers) and ``log(1 + JCT / mean inter-arrival)``. Unlike the
+  summaries above, these say *which* servers are busy, until when, and which ones each degree takes.
 * **Mask**: from the same feasibility function (``feasible`` by default: placeable and meeting the
   target; reject is always allowed).
 """
@@ -120,6 +124,38 @@ def global_features(job: JobSpec, state: ClusterState, fallback_interarrival_s: 
         min(progress, 1.0),
         job.num_training_steps / 100.0,
     ], dtype=np.float32)
+
+
+def server_features(state: ClusterState, fallback_interarrival_s: float = 1.0) -> NDArray[np.float32]:
+    """``(num_servers, 2)``: whether each server is held, and ``log(1 + time until it is released
+    / mean inter-arrival)`` (0 when free)."""
+    gap = _interarrival(state, fallback_interarrival_s)
+    out = np.zeros((state.num_servers, 2), dtype=np.float32)
+    for end_s, mask in state.running:
+        rest = math.log1p(max(end_s - state.time_s, 0.0) / gap)
+        server = 0
+        while mask:
+            if mask & 1:
+                out[server] = (1.0, rest)
+            mask >>= 1
+            server += 1
+    return out
+
+
+def take_features(state: ClusterState, max_degree: int, fallback_interarrival_s: float = 1.0) -> NDArray[np.float32]:
+    """``(max_degree + 1, num_servers + 1)``: for every feasible degree, the servers its first-fit
+    placement takes (0/1) and ``log(1 + JCT / mean inter-arrival)``; zero rows otherwise."""
+    gap = _interarrival(state, fallback_interarrival_s)
+    table = state.feasibility
+    out = np.zeros((max_degree + 1, state.num_servers + 1), dtype=np.float32)
+    for d in table.degrees:
+        if d <= max_degree and table.feasible(d):
+            placement = table.placement(d)
+            jct = table.jct_s(d)
+            assert placement is not None and jct is not None
+            out[d, list(placement.servers)] = 1.0
+            out[d, -1] = math.log1p(jct / gap)
+    return out
 
 
 def _fill_option(row: NDArray[np.float32], job: JobSpec, state: ClusterState, degree: int, max_degree: int,

@@ -52,7 +52,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
             cand = cand / "policy.pt"
         if cand.is_file():
             return cand
-    shipped = ", ".join(sorted(p.name for p in SHIPPED_DIR.glob("*") if p.is_dir())) or "none"
+    shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob("*/policy.pt"))) or "none"
     raise ConfigError(f"no policy checkpoint at {path!r} (shipped: {shipped})", field="policy.checkpoint")
 
 

@@ -261,7 +261,30 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
 def test_every_shipped_checkpoint_is_tested() -> None:
     from pacml.policy import SHIPPED_DIR
 
-    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()) == sorted(n for n, _, _ in SHIPPED)
+    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()) == sorted(
+        [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS)
+
+
+SHIPPED_CRITICS = ["paper_betaD_critic"]
+
+
+def test_shipped_critic_loads_and_acts() -> None:
+    """The shipped deviation critic names its agent and margin, and overrides some decisions of
+    a short episode with feasible ones."""
+    from pacml.critic import CriticPolicy
+    from pacml.policy import SHIPPED_DIR
+    from simulator.build import build_policy
+
+    folder = SHIPPED_DIR / "paper_betaD_critic"
+    for file in ("critic.pt", "distill_config.yaml", "critic_metrics.csv", "distill_summary.json"):
+        assert (folder / file).is_file(), file
+    cfg = compose_sim_config(["scenario=paper", "beta=D", "horizon_s=2e5", "policy=pacml_critic"])
+    policy = build_policy(cfg)
+    assert isinstance(policy, CriticPolicy)
+    assert policy.margin_jobs == 0.1 and policy.meta["agent_checkpoint"] == "paper_betaD"
+    result = build_simulation(cfg, seed=0).run(policy)
+    assert policy.stats["changed"] > 0
+    assert result.summary["num_jobs_arrived"] >= 150 and result.summary["blocking_rate"] < 0.5
 
 
 def test_pacml_policy_config_picks_the_checkpoint_for_the_beta() -> None:

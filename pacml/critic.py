@@ -1,0 +1,220 @@
+"""A deviation critic distilled from the rollout planner: the planner's quality at the agent's cost.
+
+The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) estimates, for every
+feasible degree, how many jobs will be blocked over the next arrivals. Imitating its *choices*
+fails: they are rare (3-8 % of decisions), marginal and noisy, and the agent's features only
+summarise the cluster (BENCHMARKS.md §3). This module instead regresses the planner's *estimates*:
+
+    delta(s, d) = expected blocked jobs after choosing d - after the agent's action,
+
+from features that say which servers are busy until when and which servers each degree would
+take (:func:`pacml.features.server_features`, :func:`pacml.features.take_features`). At decision
+time :class:`CriticPolicy` keeps the agent's action unless the critic predicts that another
+feasible action blocks at least ``margin_jobs`` fewer jobs. Costs one small MLP forward pass.
+
+Training data come from ``pacml-distill distill.mode=critic`` (:mod:`pacml.distill`).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from pacml.features import server_features, take_features
+from pacml.policy import SHIPPED_DIR, PacMLPolicy
+from simulator.cluster import ClusterState
+from simulator.errors import ConfigError
+from simulator.policy import Decision
+from workloads.io import atomic_write
+from workloads.jobs import JobSpec
+
+CRITIC_FORMAT = "pacml-critic-v1"
+
+
+class DeviationCritic(nn.Module):
+    """Predicts expected blocked jobs per action, up to a per-state constant.
+
+    A state trunk (globals + per-server state, standardised) and one head shared by all actions
+    over (trunk, action features + the servers the action takes). Only differences between
+    actions of one state are trained, so only differences are meaningful.
+
+    Args:
+        state_dim: Width of the state input.
+        action_dim: Width of one action row.
+        hidden: Hidden width.
+    """
+
+    def __init__(self, state_dim: int, action_dim: int, hidden: int = 128) -> None:
+        super().__init__()
+        self.config = {"state_dim": state_dim, "action_dim": action_dim, "hidden": hidden}
+        self.register_buffer("state_mean", torch.zeros(state_dim))
+        self.register_buffer("state_std", torch.ones(state_dim))
+        self.trunk = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        self.head = nn.Sequential(nn.Linear(hidden + action_dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B, state_dim)``, ``(B, A, action_dim)`` -> ``(B, A)`` scores (lower = fewer blocked)."""
+        z = self.trunk((state - self.state_mean) / self.state_std)
+        return self.head(torch.cat([z[:, None, :].expand(-1, actions.shape[1], -1), actions], -1)).squeeze(-1)
+
+
+def critic_inputs(globals_: np.ndarray, actions: np.ndarray, servers: np.ndarray,
+                  take: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stack the per-decision arrays (batched on axis 0) into the critic's state and action inputs."""
+    n = len(globals_)
+    state = np.concatenate([globals_, servers.reshape(n, -1)], axis=1).astype(np.float32)
+    action = np.concatenate([actions, take], axis=2).astype(np.float32)
+    return state, action
+
+
+def train_critic(demos: dict[str, np.ndarray], epochs: int = 25, hidden: int = 128, learning_rate: float = 1e-3,
+                 batch_size: int = 256, weight_decay: float = 1e-4, seed: int = 0) -> tuple[DeviationCritic, list[float]]:
+    """Regress the planner's per-action estimates relative to the agent's action.
+
+    Args:
+        demos: Demonstrations from :func:`pacml.distill.collect` (need ``servers`` and ``take``).
+        epochs, hidden, learning_rate, batch_size, weight_decay, seed: Training settings.
+
+    Returns:
+        The critic (eval mode) and the mean loss of every epoch.
+    """
+    for key in ("servers", "take", "scores"):
+        if key not in demos:
+            raise ValueError(f"demonstrations lack {key!r}: collect them again with this version of pacml-distill")
+    torch.manual_seed(seed)
+    state, action = critic_inputs(demos["globals"], demos["actions"], demos["servers"], demos["take"])
+    n = len(state)
+    scores = demos["scores"].astype(np.float64)
+    agent = demos["agent_action"]
+    delta = scores - scores[np.arange(n), agent][:, None]
+    known = ~np.isnan(delta)
+    planned = known.sum(axis=1) > 1  # decisions the planner scored (more than one option)
+    state, action, delta, known, agent = state[planned], action[planned], delta[planned], known[planned], agent[planned]
+    if not len(state):
+        raise ValueError("no planned decisions in the demonstrations")
+    critic = DeviationCritic(state.shape[1], action.shape[2], hidden)
+    critic.state_mean.copy_(torch.from_numpy(state.mean(0)))
+    critic.state_std.copy_(torch.from_numpy(state.std(0) + 1e-6))
+    s, a = torch.from_numpy(state), torch.from_numpy(action)
+    target = torch.from_numpy(np.nan_to_num(delta).astype(np.float32))
+    weight = torch.from_numpy(known.astype(np.float32))
+    base = torch.from_numpy(agent)
+    opt = torch.optim.Adam(critic.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    losses = []
+    critic.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(s))
+        total = 0.0
+        for start in range(0, len(s), batch_size):
+            mb = order[start:start + batch_size]
+            pred = critic(s[mb], a[mb])
+            pred = pred - pred[torch.arange(len(mb)), base[mb]][:, None]
+            loss = (((pred - target[mb]) ** 2) * weight[mb]).sum() / weight[mb].sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(mb)
+        losses.append(total / len(s))
+    critic.eval()
+    return critic, losses
+
+
+def save_critic(path: str | Path, critic: DeviationCritic, meta: dict[str, Any]) -> Path:
+    """Write a critic checkpoint atomically (``meta`` holds the agent and the margin)."""
+    buf = io.BytesIO()
+    torch.save({"format": CRITIC_FORMAT, "config": critic.config, "model": critic.state_dict(), "meta": meta}, buf)
+    return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def load_critic(path: str | Path) -> tuple[DeviationCritic, dict[str, Any]]:
+    """Load a critic: a file, a directory holding ``critic.pt``, or a shipped name."""
+    file = None
+    for cand in (Path(path), SHIPPED_DIR / str(path)):
+        if cand.is_dir():
+            cand = cand / "critic.pt"
+        if cand.is_file():
+            file = cand
+            break
+    if file is None:
+        raise ConfigError(f"no critic checkpoint at {path!r}", field="policy.critic")
+    try:
+        payload = torch.load(file, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many types for a corrupt file
+        raise ConfigError(f"cannot read critic checkpoint {file}: {exc}", field="policy.critic") from None
+    if not isinstance(payload, dict) or payload.get("format") != CRITIC_FORMAT:
+        raise ConfigError(f"{file} is not a pacml critic checkpoint", field="policy.critic")
+    critic = DeviationCritic(**payload["config"])
+    critic.load_state_dict(payload["model"])
+    critic.eval()
+    return critic, payload.get("meta", {})
+
+
+class CriticPolicy:
+    """The PAC-ML agent, overridden where the deviation critic predicts a clearly better action.
+
+    Args:
+        critic: Critic file, directory or shipped name (e.g. ``paper_betaD_critic``).
+        checkpoint: The agent; default: the one the critic was trained around (its metadata).
+        margin_jobs: Override only if another action is predicted to block at least this many
+            fewer jobs; default: the margin picked on validation seeds (metadata).
+        critic_model, agent: In-memory objects instead of files (used while distilling).
+    """
+
+    def __init__(self, critic: str | Path | None = None, checkpoint: str | Path | None = None,
+                 margin_jobs: float | None = None, critic_model: DeviationCritic | None = None,
+                 agent: PacMLPolicy | None = None) -> None:
+        meta: dict[str, Any] = {}
+        if critic_model is None:
+            if critic is None:
+                raise ConfigError("set policy.critic=PATH", field="policy.critic")
+            critic_model, meta = load_critic(critic)
+        self.critic = critic_model
+        self.meta = meta
+        if agent is None:
+            agent_ckpt = checkpoint if checkpoint is not None else meta.get("agent_checkpoint")
+            if agent_ckpt is None:
+                raise ConfigError("set policy.checkpoint=PATH (the critic names no agent)", field="policy.checkpoint")
+            agent = PacMLPolicy(agent_ckpt)
+        if agent.encoder.placement_candidates:
+            raise ConfigError("the deviation critic works with degree-only agents", field="policy.checkpoint")
+        self.agent = agent
+        margin = margin_jobs if margin_jobs is not None else meta.get("margin_jobs")
+        if margin is None:
+            raise ConfigError("set policy.margin_jobs (the critic names none)", field="policy.margin_jobs")
+        self.margin_jobs = float(margin)
+        self.stats = {"decisions": 0, "changed": 0}
+
+    def reset(self, seed: int | None = None) -> None:
+        """New episode."""
+        self.agent.reset(seed)
+        self.stats = {"decisions": 0, "changed": 0}
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """The agent's degree, unless the critic predicts another blocks ``margin_jobs`` fewer jobs."""
+        enc = self.agent.encoder
+        obs = enc.encode(job, state)
+        base = int(torch.argmax(self.agent._probabilities(job, obs)))
+        self.stats["decisions"] += 1
+        mask = obs["action_mask"]
+        if mask.sum() <= 1:
+            return Decision(base)
+        s, a = critic_inputs(obs["globals"][None], obs["actions"][None],
+                             server_features(state, enc.fallback_interarrival_s)[None],
+                             take_features(state, enc.max_degree, enc.fallback_interarrival_s)[None])
+        with torch.no_grad():
+            pred = self.critic(torch.from_numpy(s), torch.from_numpy(a))[0].numpy()
+        pred = np.where(mask, pred - pred[base], np.inf)
+        best = int(np.argmin(pred))
+        if best != base and pred[best] < -self.margin_jobs:
+            self.stats["changed"] += 1
+            return Decision(best)
+        return Decision(base)
+
+
+__all__ = ["CRITIC_FORMAT", "CriticPolicy", "DeviationCritic", "critic_inputs", "load_critic", "save_critic",
+           "train_critic"]
