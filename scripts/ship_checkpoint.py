@@ -2,8 +2,12 @@
 
 Copies ``policy.pt`` (best by validation), ``train_config.yaml``, ``metrics.csv`` and
 ``train_summary.json``, and renders ``training_curve.png`` (blocking rate vs training time).
+A ``pacml-distill distill.mode=critic`` run (it holds ``critic.pt``) is shipped with
+``critic.pt``, ``distill_config.yaml``, ``critic_metrics.csv``, ``distill_summary.json`` and
+``demos.jsonl`` instead.
 
 Usage: python scripts/ship_checkpoint.py outputs/train/paper_betaC paper_betaC
+       python scripts/ship_checkpoint.py outputs/distill/paper_betaD_critic paper_betaD_critic
 """
 
 from __future__ import annotations
@@ -74,6 +78,11 @@ def main() -> None:
     args = parser.parse_args()
     dest = DEST / args.name
     dest.mkdir(parents=True, exist_ok=True)
+    if (args.run_dir / "critic.pt").is_file():
+        for name in ("critic.pt", "distill_config.yaml", "critic_metrics.csv", "distill_summary.json", "demos.jsonl"):
+            shutil.copy2(args.run_dir / name, dest / name)
+        print(f"shipped {args.run_dir} -> {dest}")
+        return
     for name in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json"):
         shutil.copy2(args.run_dir / name, dest / name)
     record_teacher(dest / "policy.pt", dest / "metrics.csv")
