@@ -141,7 +141,8 @@ def load_critic(path: str | Path) -> tuple[DeviationCritic, dict[str, Any]]:
             file = cand
             break
     if file is None:
-        raise ConfigError(f"no critic checkpoint at {path!r}", field="policy.critic")
+        shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob("*/critic.pt"))) or "none"
+        raise ConfigError(f"no critic checkpoint at {path!r} (shipped: {shipped})", field="policy.critic")
     try:
         payload = torch.load(file, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises many types for a corrupt file
