@@ -20,7 +20,7 @@ def _options(group: str) -> list[str]:
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_option_composes_and_instantiates(group: str, option: str) -> None:
     extra = {("arrivals", "trace"): ["workload=all"],
-             ("policy", "pacml_critic"): ["beta=D"]}.get((group, option), [])  # the one shipped critic
+             ("policy", "pacml_critic"): ["beta=D"]}.get((group, option), [])  # a shipped critic
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="sim", overrides=[f"{group}={option}", *extra])
     topology = build_topology(cfg)

@@ -265,23 +265,24 @@ def test_every_shipped_checkpoint_is_tested() -> None:
         [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS)
 
 
-SHIPPED_CRITICS = ["paper_betaD_critic"]
+SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
 
 
-def test_shipped_critic_loads_and_acts() -> None:
+@pytest.mark.parametrize(("beta", "margin"), [("B", 0.25), ("D", 0.1)])
+def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
     """The shipped deviation critic names its agent and margin, and overrides some decisions of
     a short episode with feasible ones."""
     from pacml.critic import CriticPolicy
     from pacml.policy import SHIPPED_DIR
     from simulator.build import build_policy
 
-    folder = SHIPPED_DIR / "paper_betaD_critic"
+    folder = SHIPPED_DIR / f"paper_beta{beta}_critic"
     for file in ("critic.pt", "distill_config.yaml", "critic_metrics.csv", "distill_summary.json"):
         assert (folder / file).is_file(), file
-    cfg = compose_sim_config(["scenario=paper", "beta=D", "horizon_s=2e5", "policy=pacml_critic"])
+    cfg = compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=2e5", "policy=pacml_critic"])
     policy = build_policy(cfg)
     assert isinstance(policy, CriticPolicy)
-    assert policy.margin_jobs == 0.1 and policy.meta["agent_checkpoint"] == "paper_betaD"
+    assert policy.margin_jobs == margin and policy.meta["agent_checkpoint"] == f"paper_beta{beta}"
     result = build_simulation(cfg, seed=0).run(policy)
     assert policy.stats["changed"] > 0
     assert result.summary["num_jobs_arrived"] >= 150 and result.summary["blocking_rate"] < 0.5
