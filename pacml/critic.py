@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from pacml.features import server_features, take_features
-from pacml.policy import SHIPPED_DIR, PacMLPolicy
+from pacml.policy import PacMLPolicy, load_payload
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError
 from simulator.policy import Decision
@@ -133,22 +133,7 @@ def save_critic(path: str | Path, critic: DeviationCritic, meta: dict[str, Any])
 
 def load_critic(path: str | Path) -> tuple[DeviationCritic, dict[str, Any]]:
     """Load a critic: a file, a directory holding ``critic.pt``, or a shipped name."""
-    file = None
-    for cand in (Path(path), SHIPPED_DIR / str(path)):
-        if cand.is_dir():
-            cand = cand / "critic.pt"
-        if cand.is_file():
-            file = cand
-            break
-    if file is None:
-        shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob("*/critic.pt"))) or "none"
-        raise ConfigError(f"no critic checkpoint at {path!r} (shipped: {shipped})", field="policy.critic")
-    try:
-        payload = torch.load(file, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises many types for a corrupt file
-        raise ConfigError(f"cannot read critic checkpoint {file}: {exc}", field="policy.critic") from None
-    if not isinstance(payload, dict) or payload.get("format") != CRITIC_FORMAT:
-        raise ConfigError(f"{file} is not a pacml critic checkpoint", field="policy.critic")
+    payload = load_payload(path, "critic.pt", CRITIC_FORMAT, "critic", "policy.critic")
     critic = DeviationCritic(**payload["config"])
     critic.load_state_dict(payload["model"])
     critic.eval()

@@ -43,28 +43,32 @@ def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: di
     return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint path as given, or relative to the shipped checkpoints; a directory means
-    its ``policy.pt``."""
-    candidates = [Path(path), SHIPPED_DIR / str(path)]
-    for cand in candidates:
+def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
+    """``path`` as given, or relative to the shipped checkpoints; a directory means its ``filename``."""
+    for cand in (Path(path), SHIPPED_DIR / str(path)):
         if cand.is_dir():
-            cand = cand / "policy.pt"
+            cand = cand / filename
         if cand.is_file():
             return cand
-    shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob("*/policy.pt"))) or "none"
-    raise ConfigError(f"no policy checkpoint at {path!r} (shipped: {shipped})", field="policy.checkpoint")
+    shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob(f"*/{filename}"))) or "none"
+    raise ConfigError(f"no {kind} checkpoint at {path!r} (shipped: {shipped})", field=field)
+
+
+def load_payload(path: str | Path, filename: str, fmt: str, kind: str, field: str) -> dict[str, Any]:
+    """Resolve and read a pacml checkpoint file of format ``fmt``; bad input is a ConfigError on ``field``."""
+    file = _resolve(path, filename, kind, field)
+    try:
+        payload = torch.load(file, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many types for a corrupt file
+        raise ConfigError(f"cannot read {kind} checkpoint {file}: {exc}", field=field) from None
+    if not isinstance(payload, dict) or payload.get("format") != fmt:
+        raise ConfigError(f"{file} is not a pacml {kind} checkpoint", field=field)
+    return payload
 
 
 def load_policy(path: str | Path) -> tuple[ActorCritic, Encoder, dict[str, Any]]:
     """Load a policy checkpoint: the model (eval mode), its encoder and its metadata."""
-    file = resolve_checkpoint(path)
-    try:
-        payload = torch.load(file, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises many types for a corrupt file
-        raise ConfigError(f"cannot read policy checkpoint {file}: {exc}", field="policy.checkpoint") from None
-    if not isinstance(payload, dict) or payload.get("format") != POLICY_FORMAT:
-        raise ConfigError(f"{file} is not a pacml policy checkpoint", field="policy.checkpoint")
+    payload = load_payload(path, "policy.pt", POLICY_FORMAT, "policy", "policy.checkpoint")
     model = ActorCritic(**payload["model_config"])
     model.load_state_dict(payload["model"])
     model.eval()
