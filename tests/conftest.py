@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def make_graph(name: str, ops: Sequence[tuple[float, float, float, float]],
                    forward_time_s=arr[:, 0], backward_time_s=arr[:, 1], activation_bytes=arr[:, 2],
                    parameter_bytes=arr[:, 3], edges=np.array(edges, dtype=np.int64).reshape(-1, 2),
                    loss_index=n - 1 if loss is None else loss, source=f"<{name}>")
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_from_environment() -> None:
+    """``PACML_TEST_TORCH_THREADS=N`` runs every test with N torch threads (a test or a trainer may
+    still set its own). ``scripts/check_learning_tests.sh`` uses it, with ``ATEN_CPU_CAPABILITY``,
+    to run the learning tests as other CPUs would: summation order changes with both."""
+    threads = os.environ.get("PACML_TEST_TORCH_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
 
 
 @pytest.fixture
