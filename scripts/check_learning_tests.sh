@@ -14,7 +14,8 @@ status=0
 for capability in default avx2 native; do
   for threads in 1 2; do
     if [ "$capability" = native ]; then env_cap=(); else env_cap=(ATEN_CPU_CAPABILITY=$capability); fi
-    line=$(env "${env_cap[@]}" PACML_TEST_TORCH_THREADS=$threads "$PYTEST" -q -p no:randomly -n 2 $FILES "$@" 2>&1 | tail -1)
+    workers=$((2 / threads))  # 2 cores: more workers x threads only oversubscribes
+    line=$(env "${env_cap[@]}" PACML_TEST_TORCH_THREADS=$threads "$PYTEST" -q -n $workers $FILES "$@" 2>&1 | tail -1)
     echo "capability=$capability threads=$threads: $line"
     case "$line" in *failed*|*error*) status=1 ;; esac
   done
