@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from workloads.errors import WorkloadError
 from workloads.graph import OpGraph
 from workloads.json_format import load_json_graph
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S, load_pipedream
+
+log = logging.getLogger(__name__)
 
 #: Directory of the data shipped with the package.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -23,16 +26,37 @@ def shipped_models() -> tuple[str, ...]:
     return tuple(sorted(p.parent.name for p in PIPEDREAM_DIR.glob("*/graph.txt")))
 
 
-def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
-    """Load one graph file, choosing the format by suffix.
+def clock_unit_s(time_unit_s: float) -> float:
+    """Real seconds per simulated second when PipeDream profile numbers get ``time_unit_s`` each.
 
-    ``.json`` files are pacml JSON graphs (times already in seconds); other files are PipeDream
-    ``graph.txt`` profiles whose times are converted with ``time_unit_s``.
+    A profile number is a millisecond, so ``time_unit_s=1e-3`` (physical) gives 1.0 and the
+    paper scenario's ``1.0`` (profile numbers used as the time unit) gives 1e-3.
+    """
+    return PIPEDREAM_TIME_UNIT_S / time_unit_s
+
+
+def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
+    """Load one graph file, choosing the format by suffix, on the clock ``time_unit_s`` sets.
+
+    ``time_unit_s`` is the scenario's ``workload.profile_time_unit_s``: simulated seconds per
+    PipeDream profile millisecond. PipeDream ``graph.txt`` times are multiplied by it; a ``.json``
+    graph records the unit of its own times (``time_unit_s``, seconds by default) and is converted
+    to the same clock, so a graph gives the same job whichever format it comes in (in the paper
+    scenario a JSON graph in seconds has its times multiplied by 1000).
     """
     path = Path(path)
-    if path.suffix.lower() == ".json":
-        return load_json_graph(path)
-    return load_pipedream(path, time_unit_s=time_unit_s)
+    if not (isinstance(time_unit_s, int | float) and 0 < time_unit_s < float("inf")):
+        raise WorkloadError(f"must be a positive number of seconds, got {time_unit_s!r}",
+                            field="workload.profile_time_unit_s")
+    if path.suffix.lower() != ".json":
+        return load_pipedream(path, time_unit_s=time_unit_s)
+    graph = load_json_graph(path)
+    clock = clock_unit_s(time_unit_s)
+    if graph.time_unit_s != clock:
+        log.info("%s: times in units of %g s converted to the scenario's unit of %g s (x%g)",
+                 path, graph.time_unit_s, clock, graph.time_unit_s / clock)
+        graph = graph.in_time_unit(clock)
+    return graph
 
 
 def _graph_files(directory: Path) -> list[Path]:
