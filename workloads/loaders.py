@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from workloads.errors import WorkloadError
-from workloads.graph import OpGraph
+from workloads.graph import TIME_UNIT_RANGE_S, OpGraph
 from workloads.json_format import load_json_graph
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S, load_pipedream
 
@@ -45,8 +45,11 @@ def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) 
     scenario a JSON graph in seconds has its times multiplied by 1000).
     """
     path = Path(path)
-    if not (isinstance(time_unit_s, int | float) and 0 < time_unit_s < float("inf")):
-        raise WorkloadError(f"must be a positive number of seconds, got {time_unit_s!r}",
+    low, high = TIME_UNIT_RANGE_S
+    if not (isinstance(time_unit_s, int | float) and PIPEDREAM_TIME_UNIT_S / high <= time_unit_s
+            <= PIPEDREAM_TIME_UNIT_S / low):
+        raise WorkloadError(f"must be a number of seconds in [{PIPEDREAM_TIME_UNIT_S / high:g}, "
+                            f"{PIPEDREAM_TIME_UNIT_S / low:g}], got {time_unit_s!r}",
                             field="workload.profile_time_unit_s")
     if path.suffix.lower() != ".json":
         return load_pipedream(path, time_unit_s=time_unit_s)
@@ -75,11 +78,20 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
     graphs) or ``"all"`` (every shipped graph), or a list of any of these.
     """
     items: Sequence[str | Path]
-    items = [spec] if isinstance(spec, str | Path) else list(spec)
+    if isinstance(spec, str | Path):
+        items = [spec]
+    elif isinstance(spec, Iterable) and not isinstance(spec, bytes | dict):
+        items = list(spec)
+    else:
+        raise WorkloadError(f"expected a file, directory, shipped model or a list of these, got {spec!r}",
+                            field="workload.graphs")
     if not items:
         raise WorkloadError("the graph set is empty", field="workload.graphs")
     paths: list[Path] = []
     for item in items:
+        if not isinstance(item, str | Path):
+            raise WorkloadError(f"expected a file, directory or shipped model name, got {item!r}",
+                                field="workload.graphs")
         text = str(item)
         candidate = Path(text).expanduser()
         if text == "paper":

@@ -73,7 +73,9 @@ def _fields(meta: str, *, path: Path, line: int) -> dict[str, str]:
     """Split ``key=value, key=value, ...`` strictly: every piece must be one known key's value."""
     out: dict[str, str] = {}
     last: str | None = None
-    for piece in _split_top_level(meta):
+    # List items are separated by ';', so every ',' separates fields (a ',' inside '[...]' is an
+    # unclosed list or a list written with commas: both errors below).
+    for piece in meta.split(","):
         key, eq, value = piece.partition("=")
         key = key.strip()
         if not eq or not _KEY.fullmatch(key):
@@ -93,23 +95,6 @@ def _fields(meta: str, *, path: Path, line: int) -> dict[str, str]:
     if missing:
         raise WorkloadError(f"missing {', '.join(missing)}", path=path, line=line, field=missing[0])
     return out
-
-
-def _split_top_level(meta: str) -> list[str]:
-    """Split on commas outside ``[...]`` (lists separate their items with ';')."""
-    if "[" not in meta and "]" not in meta:
-        return meta.split(",")  # the common case, fast
-    pieces, depth, start = [], 0, 0
-    for i, ch in enumerate(meta):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            pieces.append(meta[start:i])
-            start = i + 1
-    pieces.append(meta[start:])
-    return pieces
 
 
 def load_pipedream(path: str | Path, *, name: str | None = None,
