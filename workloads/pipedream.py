@@ -11,6 +11,12 @@ Edge line (leading tab)::
 
 List-valued activation sizes (GNMT's multi-output LSTMs) are summed, as PipeDream's own parser
 does. Times are milliseconds in the profiles; ``time_unit_s`` converts them to seconds.
+
+Parsing is strict, so that no bad value is silently read as something else: the four fields,
+each exactly once, separated by ``, ``; plain decimal numbers (no ``1,5``, ``1_000``, ``nan``,
+``inf``); lists closed and separated by ``;``; no text after the fields but ``-- stage_id=<int>``;
+values below ``MAX_OP_TIME_S`` / ``MAX_OP_BYTES`` (``workloads.graph``). The file must be UTF-8
+without control characters. Self-loops, duplicate edges and cycles are errors naming their line.
 """
 
 from __future__ import annotations
