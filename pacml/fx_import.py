@@ -224,6 +224,7 @@ def graph_from_module(
         edges=np.array(_edges(gm, nodes, index), dtype=np.int64).reshape(-1, 2),
         loss_index=_loss_index(gm, index),
         source=f"torch.fx:{type(module).__qualname__}",
+        time_unit_s=1.0,  # estimated and profiled costs are seconds
     )
 
 

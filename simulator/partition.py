@@ -45,8 +45,14 @@ def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
         raise ValueError(f"degree must be >= 1, got {degree}")
     out = np.empty(graph.num_forward_ops, dtype=np.int64)
     for i, c in enumerate(graph.forward.forward_time_s.tolist()):
-        even = math.ceil(math.ceil(c / min_op_time_s) / 2) * 2
-        n = int(max(1, min(even, degree)))
+        ratio = c / min_op_time_s
+        # ratio > degree already gives n = degree; testing it first keeps ceil() away from an
+        # infinite ratio (a huge time over a tiny quantum), which would raise OverflowError.
+        if ratio > degree:
+            n = degree
+        else:
+            even = math.ceil(math.ceil(ratio) / 2) * 2
+            n = int(max(1, min(even, degree)))
         if split_sizes is not None and n not in split_sizes:
             n = max((size for size in split_sizes if size <= n), default=1)
         out[i] = n

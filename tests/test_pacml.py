@@ -307,8 +307,9 @@ def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1),
                               torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
     fx_graph = graph_from_module(net, torch.randn(8, 3, 32, 32), name="tinynet")
-    # One step of ~0.5 time units per op, like the paper's profiles in its time unit.
-    scaled = fx_graph.scaled(0.5 * fx_graph.num_ops / float(fx_graph.forward_time_s.sum() + fx_graph.backward_time_s.sum()))
+    # One step of ~0.5 ms per op, like the paper's profiles (0.5 units on the paper scenario's clock,
+    # which converts the file's seconds).
+    scaled = fx_graph.scaled(0.5e-3 * fx_graph.num_ops / float(fx_graph.forward_time_s.sum() + fx_graph.backward_time_s.sum()))
     write_json_graph(scaled, tmp_path / "tinynet.json")
     (alexnet,) = load_graph_set("alexnet", time_unit_s=1.0)
     write_json_graph(alexnet, tmp_path / "alexnet.json")

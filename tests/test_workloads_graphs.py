@@ -191,7 +191,7 @@ def _mutate(doc: dict, how: str) -> dict:
     ("negative", "backward_time_s", "negative value -2.0", '"id": "b"'),
     ("nan", "forward_time_s", "value is nan", '"id": "a"'),
     ("unknown_node", "dst", "unknown op 'zz'", '"b"'),
-    ("cycle", "edges", "cycle", '"edges"'),
+    ("cycle", "edges", "cycle", '"b"'),
     ("duplicate_id", "id", "duplicate op id 'a'", '"id": "a"'),
     ("version", "version", "unsupported version 7", '"version"'),
     ("no_ops", "ops", "missing required field", "{"),

@@ -41,4 +41,5 @@ class WorkloadError(ValueError):
                 where += f":{self.line}"
             where += ": "
         what = f"field '{self.field}': " if self.field else ""
-        return f"{where}{what}{self.message}"
+        # One line whatever the input held: a newline from a file name or value would split it.
+        return f"{where}{what}{self.message}".replace("\r", "\\r").replace("\n", "\\n")

@@ -1,7 +1,12 @@
 """Immutable computation graphs: the profiled forward graph and the training (fwd+bwd) graph.
 
 Units: times in seconds (``*_s``), sizes in bytes (``*_bytes``). Loaders convert profile units
-(PipeDream profiles are milliseconds) into seconds with their ``time_unit_s`` argument.
+(PipeDream profiles are milliseconds) into seconds with their ``time_unit_s`` argument. A graph
+records the unit its times are really in (:attr:`OpGraph.time_unit_s`): the paper scenario runs
+on a clock whose "second" is one profile millisecond, and a graph knows which clock it is on.
+
+Bounds: an op time above :data:`MAX_OP_TIME_S` or a size above :data:`MAX_OP_BYTES` is rejected
+as clearly bad input (it would otherwise overflow later, e.g. in the split-count rule).
 """
 
 from __future__ import annotations
@@ -14,6 +19,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from workloads.errors import WorkloadError
+
+#: Longest believable compute time of one op for one sample, in real seconds (about 28 hours).
+MAX_OP_TIME_S = 1e5
+#: Largest believable activation or parameter size of one op, in bytes (1 PB; a GPU holds 80 GB).
+MAX_OP_BYTES = 1e15
+#: Accepted range of a graph's time unit, in seconds (a nanosecond to an hour).
+TIME_UNIT_RANGE_S = (1e-9, 3600.0)
 
 
 def _frozen(array: NDArray, dtype: type) -> NDArray:
@@ -40,6 +52,8 @@ class OpGraph:
         edges: ``(E, 2)`` array of ``(src, dst)`` op indices.
         loss_index: Index of the op whose gradient starts the backward pass.
         source: Where the graph came from (a path, or a description).
+        time_unit_s: Real seconds per unit of the two time arrays: 1.0 for a graph in seconds;
+            1e-3 for PipeDream profile numbers used as the time unit (the paper scenario).
     """
 
     name: str
@@ -52,13 +66,27 @@ class OpGraph:
     edges: NDArray[np.int64]
     loss_index: int
     source: str = ""
+    time_unit_s: float = 1.0
 
     def __post_init__(self) -> None:
         n = len(self.op_ids)
+        unit = self.time_unit_s
+        if not (isinstance(unit, int | float) and TIME_UNIT_RANGE_S[0] <= unit <= TIME_UNIT_RANGE_S[1]):
+            raise WorkloadError(f"time unit {unit!r} s outside {TIME_UNIT_RANGE_S}", path=self.source,
+                                field="time_unit_s")
+        object.__setattr__(self, "time_unit_s", float(unit))
         for name in ("forward_time_s", "backward_time_s", "activation_bytes", "parameter_bytes"):
             arr = _frozen(getattr(self, name), np.float64)
             if arr.shape != (n,):
                 raise WorkloadError(f"expected {n} values, got shape {arr.shape}", path=self.source, field=name)
+            # A backstop for graphs built in code (loaders check first, naming the line): no
+            # NaN, no negative and no absurd value gets into the simulator.
+            bound = MAX_OP_TIME_S / unit if name.endswith("_s") else MAX_OP_BYTES
+            bad = np.flatnonzero(~((arr >= 0) & (arr <= bound)))
+            if len(bad):
+                i = int(bad[0])
+                raise WorkloadError(f"op {self.op_ids[i]!r}: value {arr[i]} outside [0, {bound:g}]",
+                                    path=self.source, field=name)
             object.__setattr__(self, name, arr)
         edges = _frozen(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), np.int64)
         object.__setattr__(self, "edges", edges)
@@ -88,13 +116,38 @@ class OpGraph:
         return h.hexdigest()[:16]
 
     def scaled(self, time_factor: float) -> OpGraph:
-        """Return a copy with every compute time multiplied by ``time_factor``."""
+        """Return a copy with every compute time multiplied by ``time_factor`` (same unit)."""
         return OpGraph(
             name=self.name, op_ids=self.op_ids, labels=self.labels,
             forward_time_s=self.forward_time_s * time_factor,
             backward_time_s=self.backward_time_s * time_factor,
             activation_bytes=self.activation_bytes, parameter_bytes=self.parameter_bytes,
             edges=self.edges, loss_index=self.loss_index, source=self.source,
+            time_unit_s=self.time_unit_s,
+        )
+
+    def in_time_unit(self, time_unit_s: float) -> OpGraph:
+        """The same graph with its times expressed in units of ``time_unit_s`` real seconds.
+
+        E.g. a graph in seconds (unit 1.0) put on the paper scenario's clock (unit 1e-3, one
+        profile millisecond) has every time multiplied by 1000. Returns ``self`` if nothing changes.
+        Converted times are rounded to 15 significant digits, so that a round trip through another
+        unit gives back the very same numbers (split counts compare times against a quantum).
+        """
+        if time_unit_s == self.time_unit_s:
+            return self
+        factor = self.time_unit_s / time_unit_s
+
+        def convert(times: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.array([float(f"{t:.15g}") for t in (times * factor).tolist()], dtype=np.float64)
+
+        return OpGraph(
+            name=self.name, op_ids=self.op_ids, labels=self.labels,
+            forward_time_s=convert(self.forward_time_s),
+            backward_time_s=convert(self.backward_time_s),
+            activation_bytes=self.activation_bytes, parameter_bytes=self.parameter_bytes,
+            edges=self.edges, loss_index=self.loss_index, source=self.source,
+            time_unit_s=time_unit_s,
         )
 
 
@@ -250,3 +303,38 @@ def topological_order(num_nodes: int, edges: NDArray[np.int64]) -> tuple[int, ..
         stuck = next(i for i in range(num_nodes) if indeg[i] > 0)
         raise ValueError(f"graph has a cycle through node index {stuck}")
     return tuple(order)
+
+
+def find_cycle(num_nodes: int, edges: list[tuple[int, int]]) -> list[int] | None:
+    """One cycle as a list of nodes ``[a, b, ..., z]`` (edges a->b, ..., z->a), or ``None``.
+
+    Kahn's algorithm leaves every node on or behind a cycle with a remaining predecessor;
+    walking remaining predecessors from any of them must revisit a node, closing a cycle.
+    Linear in nodes + edges.
+    """
+    indeg = [0] * num_nodes
+    succ: list[list[int]] = [[] for _ in range(num_nodes)]
+    pred: list[list[int]] = [[] for _ in range(num_nodes)]
+    for s, d in edges:
+        succ[s].append(d)
+        pred[d].append(s)
+        indeg[d] += 1
+    queue = [i for i in range(num_nodes) if indeg[i] == 0]
+    removed = [False] * num_nodes
+    while queue:
+        u = queue.pop()
+        removed[u] = True
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                queue.append(v)
+    node = next((i for i in range(num_nodes) if not removed[i]), None)
+    if node is None:
+        return None
+    seen: dict[int, int] = {}
+    walk: list[int] = []
+    while node not in seen:
+        seen[node] = len(walk)
+        walk.append(node)
+        node = next(p for p in pred[node] if not removed[p])
+    return walk[seen[node]:][::-1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from workloads.errors import WorkloadError
 from workloads.graph import TrainingGraph
@@ -50,8 +51,13 @@ def _convert(src: str, dst: str, time_unit_s: float) -> int:
     except WorkloadError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
-    write_json_graph(graph, dst, notes=f"converted by {PROG} from {graph.source}")
-    sys.stdout.write(f"wrote {dst}\n")
+    try:
+        # The file records the unit of its times (time_unit_s), so it loads back on any clock.
+        write_json_graph(graph, dst, notes=f"converted by {PROG} from {graph.source}")
+    except OSError as exc:
+        sys.stderr.write(f"{PROG}: error: {dst}: cannot write: {exc.strerror or exc}\n")
+        return 2
+    sys.stdout.write(f"wrote {dst} (times in units of {graph.time_unit_s:g} s)\n")
     return 0
 
 
@@ -70,12 +76,31 @@ def _info(specs: Sequence[str], time_unit_s: float) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the house error style: one line, exit status 2 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {PROG} --help)\n")
+        raise SystemExit(2)
+
+
+def _time_unit(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point (``pacml-graph``)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--time-unit-s", type=float, default=PIPEDREAM_TIME_UNIT_S,
-                        help="seconds per PipeDream profile time unit (default 1e-3: milliseconds)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--time-unit-s", type=_time_unit, default=PIPEDREAM_TIME_UNIT_S,
+                        help="seconds per PipeDream profile time unit (default 1e-3: milliseconds); "
+                             "JSON graphs are converted to the same clock")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_val = sub.add_parser("validate", help="check graph files (JSON or PipeDream)")
     p_val.add_argument("paths", nargs="+")
     p_conv = sub.add_parser("convert", help="write a graph in the pacml JSON format")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from workloads.errors import WorkloadError
-from workloads.graph import OpGraph
+from workloads.graph import TIME_UNIT_RANGE_S, OpGraph
 from workloads.json_format import load_json_graph
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S, load_pipedream
+
+log = logging.getLogger(__name__)
 
 #: Directory of the data shipped with the package.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -23,16 +26,40 @@ def shipped_models() -> tuple[str, ...]:
     return tuple(sorted(p.parent.name for p in PIPEDREAM_DIR.glob("*/graph.txt")))
 
 
-def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
-    """Load one graph file, choosing the format by suffix.
+def clock_unit_s(time_unit_s: float) -> float:
+    """Real seconds per simulated second when PipeDream profile numbers get ``time_unit_s`` each.
 
-    ``.json`` files are pacml JSON graphs (times already in seconds); other files are PipeDream
-    ``graph.txt`` profiles whose times are converted with ``time_unit_s``.
+    A profile number is a millisecond, so ``time_unit_s=1e-3`` (physical) gives 1.0 and the
+    paper scenario's ``1.0`` (profile numbers used as the time unit) gives 1e-3.
+    """
+    return PIPEDREAM_TIME_UNIT_S / time_unit_s
+
+
+def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
+    """Load one graph file, choosing the format by suffix, on the clock ``time_unit_s`` sets.
+
+    ``time_unit_s`` is the scenario's ``workload.profile_time_unit_s``: simulated seconds per
+    PipeDream profile millisecond. PipeDream ``graph.txt`` times are multiplied by it; a ``.json``
+    graph records the unit of its own times (``time_unit_s``, seconds by default) and is converted
+    to the same clock, so a graph gives the same job whichever format it comes in (in the paper
+    scenario a JSON graph in seconds has its times multiplied by 1000).
     """
     path = Path(path)
-    if path.suffix.lower() == ".json":
-        return load_json_graph(path)
-    return load_pipedream(path, time_unit_s=time_unit_s)
+    low, high = TIME_UNIT_RANGE_S
+    if not (isinstance(time_unit_s, int | float) and PIPEDREAM_TIME_UNIT_S / high <= time_unit_s
+            <= PIPEDREAM_TIME_UNIT_S / low):
+        raise WorkloadError(f"must be a number of seconds in [{PIPEDREAM_TIME_UNIT_S / high:g}, "
+                            f"{PIPEDREAM_TIME_UNIT_S / low:g}], got {time_unit_s!r}",
+                            field="workload.profile_time_unit_s")
+    if path.suffix.lower() != ".json":
+        return load_pipedream(path, time_unit_s=time_unit_s)
+    graph = load_json_graph(path)
+    clock = clock_unit_s(time_unit_s)
+    if graph.time_unit_s != clock:
+        log.info("%s: times in units of %g s converted to the scenario's unit of %g s (x%g)",
+                 path, graph.time_unit_s, clock, graph.time_unit_s / clock)
+        graph = graph.in_time_unit(clock)
+    return graph
 
 
 def _graph_files(directory: Path) -> list[Path]:
@@ -51,11 +78,20 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
     graphs) or ``"all"`` (every shipped graph), or a list of any of these.
     """
     items: Sequence[str | Path]
-    items = [spec] if isinstance(spec, str | Path) else list(spec)
+    if isinstance(spec, str | Path):
+        items = [spec]
+    elif isinstance(spec, Iterable) and not isinstance(spec, bytes | dict):
+        items = list(spec)
+    else:
+        raise WorkloadError(f"expected a file, directory, shipped model or a list of these, got {spec!r}",
+                            field="workload.graphs")
     if not items:
         raise WorkloadError("the graph set is empty", field="workload.graphs")
     paths: list[Path] = []
     for item in items:
+        if not isinstance(item, str | Path):
+            raise WorkloadError(f"expected a file, directory or shipped model name, got {item!r}",
+                                field="workload.graphs")
         text = str(item)
         candidate = Path(text).expanduser()
         if text == "paper":

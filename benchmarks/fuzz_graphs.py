@@ -1,0 +1,449 @@
+"""Fuzz the graph loaders: mutated PipeDream and JSON graph files, loaded in-process and via the CLI.
+
+Each file is a shipped graph (or its pacml JSON form) with one mutation. Some mutations make a
+file invalid by construction (binary junk, a list where a number belongs, 10**400, a cycle, a
+self-loop, ``1,5``, an unclosed ``[1; 2``, ``"version": true`` ...), some keep it valid by
+construction (drop an edge, CRLF line ends, another label), and some may go either way (random
+byte flips, truncation). The oracle:
+
+* no exception but :class:`WorkloadError` (a *traceback*);
+* no invalid-by-construction file accepted, no valid-by-construction file rejected;
+* every error is one line that starts with the file name and names a line (``file:N:``) or a
+  field (``field 'key'``).
+
+A sample then goes through the console commands (``pacml-graph validate FILE`` and a few
+``pacml-sim workload.graphs=FILE``): exit status 2 and exactly one ``prog: error: FILE...`` line on
+stderr for a rejected file, 0 for an accepted one.
+
+The generators are shared with ``tests/test_graph_fuzz.py`` (a small hypothesis sample).
+
+Usage: python benchmarks/fuzz_graphs.py [--per-format 2000] [--cli-sample 50] [--sim-sample 6]
+       [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from workloads.errors import WorkloadError
+from workloads.json_format import graph_to_json
+from workloads.loaders import PIPEDREAM_DIR, load_graph
+from workloads.pipedream import load_pipedream
+
+INVALID, VALID, EITHER = "invalid", "valid", "either"
+#: Shipped graphs used as seeds (the small ones more often: they keep the run short).
+SEED_MODELS = ("alexnet", "vgg16", "gnmt", "squeezenet1_0", "resnet18", "resnet50")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutated graph file: its bytes, the mutation's name and what the file must be."""
+
+    data: bytes
+    mutation: str
+    expect: str  # INVALID, VALID or EITHER
+
+
+# ------------------------------------------------------------------ seeds
+@cache
+def pipedream_seed(model: str) -> str:
+    """The text of a shipped ``graph.txt``."""
+    return (PIPEDREAM_DIR / model / "graph.txt").read_text()
+
+
+@cache
+def json_seed_text(model: str) -> str:
+    """A shipped graph as a pacml JSON file (as ``pacml-graph convert`` writes it)."""
+    return graph_to_json(load_pipedream(PIPEDREAM_DIR / model / "graph.txt"))
+
+
+def json_seed(model: str) -> dict:
+    """A shipped graph as a pacml JSON document (a fresh copy)."""
+    return json.loads(json_seed_text(model))
+
+
+# ------------------------------------------------------------------ byte-level mutations (both formats)
+def _byte_flips(rng: random.Random, data: bytes) -> Mutant:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 6)):
+        buf[rng.randrange(len(buf))] = rng.randrange(256)
+    return Mutant(bytes(buf), "byte_flips", EITHER)
+
+
+def _truncate(rng: random.Random, data: bytes) -> Mutant:
+    return Mutant(data[: rng.randrange(len(data))], "truncate", EITHER)
+
+
+def _binary_junk(rng: random.Random, data: bytes) -> Mutant:
+    junk = bytes(rng.randrange(256) for _ in range(rng.randint(1, 400)))
+    return Mutant(b"\xff" + junk, "binary_junk", INVALID)  # 0xff never occurs in UTF-8
+
+
+def _non_utf8_insert(rng: random.Random, data: bytes) -> Mutant:
+    at = rng.randrange(len(data))
+    return Mutant(data[:at] + rng.choice([b"\xff", b"\xc3\x28", b"\x80\x80", b"\xfe\xff"]) + data[at:],
+                  "non_utf8", INVALID)
+
+
+def _nul_insert(rng: random.Random, data: bytes) -> Mutant:
+    at = rng.randrange(len(data))
+    return Mutant(data[:at] + b"\x00" + data[at:], "nul_byte", INVALID)
+
+
+def _empty(rng: random.Random, data: bytes) -> Mutant:
+    return Mutant(rng.choice([b"", b"\n", b"   \n\n", b"\t"]), "empty", INVALID)
+
+
+BYTE_MUTATIONS: tuple[Callable[[random.Random, bytes], Mutant], ...] = (
+    _byte_flips, _truncate, _binary_junk, _non_utf8_insert, _nul_insert, _empty)
+
+
+# ------------------------------------------------------------------ PipeDream mutations
+def _pd_lines(text: str) -> tuple[list[str], list[str]]:
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    return [ln for ln in lines if not ln.startswith("\t")], [ln for ln in lines if ln.startswith("\t")]
+
+
+def _pd_join(nodes: list[str], edges: list[str]) -> bytes:
+    return ("\n".join(nodes + edges) + "\n").encode()
+
+
+_PD_FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
+_BAD_NUMBERS = ("abc", "nan", "inf", "-inf", "1e400", "-1", "-0.5", "1_000", "0x10", "", "1.2.3",
+                "1e308", "1e16", "[]", "[1; x]", "[1;; 2]", "1e99999", "∞", "1 2")
+
+
+def _pd_set_field(line: str, field: str, value: str) -> str:
+    return re.sub(rf"{field}=(\[[^\]]*\]|[^,\s]+)", lambda _: f"{field}={value}", line, count=1)
+
+
+def pd_mutation(rng: random.Random, text: str) -> Mutant:
+    """One PipeDream-specific mutation of ``text`` (a shipped ``graph.txt``)."""
+    nodes, edges = _pd_lines(text)
+    i = rng.randrange(len(nodes))
+    kind = rng.choice([
+        "decimal_comma", "unclosed_list", "bad_number", "missing_field", "duplicate_field",
+        "unknown_field", "bad_node_id", "huge_node_id", "duplicate_node", "self_loop",
+        "duplicate_edge", "cycle", "unknown_edge_end", "node_after_edges", "edge_garbage",
+        "trailing_text", "no_nodes",
+        "drop_edge", "crlf", "relabel", "stage_id", "scale_time"])
+    node_id = nodes[i].split(" -- ")[0]
+    if kind == "decimal_comma":
+        field = rng.choice(_PD_FIELDS)
+        nodes[i] = _pd_set_field(nodes[i], field, f"{rng.randint(0, 9)},{rng.randint(0, 999)}")
+    elif kind == "unclosed_list":
+        nodes[i] = _pd_set_field(nodes[i], rng.choice(_PD_FIELDS), rng.choice(["[1; 2", "[1.0", "[", "1; 2]"]))
+    elif kind == "bad_number":
+        nodes[i] = _pd_set_field(nodes[i], rng.choice(_PD_FIELDS), rng.choice(_BAD_NUMBERS))
+    elif kind == "missing_field":
+        field = rng.choice(_PD_FIELDS)
+        nodes[i] = re.sub(rf",?\s*{field}=(\[[^\]]*\]|[^,\s]+)", "", nodes[i], count=1)
+    elif kind == "duplicate_field":
+        nodes[i] += f", {rng.choice(_PD_FIELDS)}=1.0"
+    elif kind == "unknown_field":
+        nodes[i] += rng.choice([", forward_time=1.0", ", foo=2", ", activation_sizes=3"])
+    elif kind == "bad_node_id":
+        nodes[i] = rng.choice(["nodeX", "Node1", "node-1", "n1", "node1.5", "node 1"]) + nodes[i][len(node_id):]
+    elif kind == "huge_node_id":
+        nodes[i] = "node" + "9" * rng.choice([19, 400, 5000]) + nodes[i][len(node_id):]
+    elif kind == "duplicate_node":
+        nodes.insert(rng.randrange(len(nodes) + 1), nodes[i])
+    elif kind == "self_loop":
+        edges.insert(rng.randrange(len(edges) + 1), f"\t{node_id} -- {node_id}")
+    elif kind == "duplicate_edge" and edges:
+        edges.insert(rng.randrange(len(edges) + 1), rng.choice(edges))
+    elif kind == "cycle" and edges:
+        src, dst = rng.choice(edges).strip().split(" -- ")
+        edges.append(f"\t{dst} -- {src}")
+    elif kind == "unknown_edge_end":
+        edges.append(rng.choice([f"\t{node_id} -- node999999", f"\tnode999999 -- {node_id}", f"\t{node_id} -- "]))
+    elif kind == "node_after_edges" and edges:
+        edges.append(nodes.pop(i))
+    elif kind == "edge_garbage":
+        edges.insert(rng.randrange(len(edges) + 1), rng.choice(["\tnode1", "\tnode1 -- node2 -- node3", "\t--", "\tx"]))
+    elif kind == "trailing_text":
+        nodes[i] += rng.choice([" -- junk", " -- stage_id=x", " -- 1"])
+    elif kind == "no_nodes":
+        nodes = []
+        edges = edges[:0]
+        return Mutant(b"# nothing but a comment\n" if rng.random() < 0.5 else b"\n\n", kind, INVALID)
+    elif kind == "drop_edge" and edges:
+        edges.pop(rng.randrange(len(edges)))
+        return Mutant(_pd_join(nodes, edges), kind, VALID)
+    elif kind == "crlf":
+        return Mutant(_pd_join(nodes, edges).replace(b"\n", b"\r\n"), kind, VALID)
+    elif kind == "relabel":
+        parts = nodes[i].split(" -- ")
+        parts[1] = rng.choice(["Übergröße(ß)", "x" * 500, "Conv2d(3, 64) ∘ ReLU", "a=b"])
+        nodes[i] = " -- ".join(parts)
+        return Mutant(_pd_join(nodes, edges), kind, VALID)
+    elif kind == "stage_id":
+        nodes[i] += f" -- stage_id={rng.randint(0, 7)}"
+        return Mutant(_pd_join(nodes, edges), kind, VALID)
+    elif kind == "scale_time":
+        nodes[i] = _pd_set_field(nodes[i], "forward_compute_time", f"{rng.uniform(0, 1000):.3f}")
+        return Mutant(_pd_join(nodes, edges), kind, VALID)
+    else:  # a mutation that needs edges, on a graph without any: fall back to a junk line
+        nodes.insert(i, "this is not a node line")
+        kind = "junk_line"
+    return Mutant(_pd_join(nodes, edges), kind, INVALID)
+
+
+# ------------------------------------------------------------------ JSON mutations
+_WRONG_TYPES: tuple[object, ...] = ([1], [], {"a": 1}, {}, None, True, False, "1.0", "", [[["x"]]])
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def json_mutation(rng: random.Random, doc: dict) -> Mutant:
+    """One JSON-specific mutation of ``doc`` (a graph document)."""
+    doc = json.loads(json.dumps(doc))  # private copy
+    ops, edges = doc["ops"], doc["edges"]
+    i = rng.randrange(len(ops))
+    number_fields = ("forward_time_s", "backward_time_s", "activation_bytes", "parameter_bytes")
+    raw: str | None = None  # set when the mutation needs text json.dumps cannot write
+    kind = rng.choice([
+        "type_swap_op", "type_swap_top", "type_swap_edge_end", "type_swap_loss", "huge_int",
+        "absurd_float", "nan_inf", "negative", "deep_nesting", "version_true", "missing_top",
+        "missing_op_field", "unknown_top_key", "unknown_op_key", "duplicate_key", "duplicate_id",
+        "duplicate_edge", "self_loop", "cycle", "unknown_edge_end", "bad_edge_shape", "bad_time_unit",
+        "empty_ops", "not_an_object", "bad_format", "empty_name",
+        "drop_edge", "relabel", "compact", "time_unit_ms", "dict_edges", "no_loss_op"])
+    if kind == "type_swap_op":
+        op_field = rng.choice((*number_fields, "id", "label"))
+        # A string is a fine label, and a non-empty one a fine id: only swap in what is wrong there.
+        wrong = [v for v in _WRONG_TYPES if not (
+            (op_field == "label" and isinstance(v, str)) or (op_field == "id" and isinstance(v, str) and v))]
+        ops[i][op_field] = rng.choice(wrong)
+    elif kind == "type_swap_top":
+        key = rng.choice(["name", "format", "version", "ops", "edges", "source", "notes"])
+        # null is allowed for the optional free-text keys
+        doc[key] = rng.choice([[1], {"a": 1}, 3.5, True] + ([] if key in ("source", "notes") else [None]))
+    elif kind == "type_swap_edge_end" and edges:
+        edges[rng.randrange(len(edges))][rng.randrange(2)] = rng.choice([["x"], {"id": "x"}, 1, None, True])
+    elif kind == "type_swap_loss":
+        doc["loss_op"] = rng.choice([[ops[i]["id"]], {"id": ops[i]["id"]}, 3, True, "no_such_op"])
+    elif kind == "huge_int":
+        ops[i][rng.choice(number_fields)] = rng.choice([10**400, 10**20, -(10**400)])
+        if rng.random() < 0.3:  # longer than Python's int-string limit
+            raw = json.dumps(doc).replace('"ops": [', f'"ops": [{{"id": "big", "forward_time_s": {"9" * 5000}}}, ', 1)
+    elif kind == "absurd_float":
+        ops[i][rng.choice(number_fields)] = rng.choice([1e308, 1.7e308, 1e200, 5e16])
+    elif kind == "nan_inf":
+        ops[i][rng.choice(number_fields)] = rng.choice([float("nan"), float("inf"), float("-inf")])
+    elif kind == "negative":
+        ops[i][rng.choice(number_fields)] = -rng.uniform(1e-9, 10)
+    elif kind == "deep_nesting":
+        depth = rng.choice([150, 1000, 5000, 100000])
+        raw = json.dumps(doc).replace('"name": ', f'"notes": {_deep(depth)}, "name": ', 1)
+    elif kind == "version_true":
+        doc["version"] = rng.choice([True, 1.0, 2, 0, "1"])
+    elif kind == "missing_top":
+        del doc[rng.choice(["format", "version", "name", "ops", "edges"])]
+    elif kind == "missing_op_field":
+        del ops[i][rng.choice((*number_fields, "id"))]
+    elif kind == "unknown_top_key":
+        doc[rng.choice(["loss", "Name", "edge", "time_unit"])] = "x"
+    elif kind == "unknown_op_key":
+        ops[i][rng.choice(["forward_time", "flops", "Id"])] = 1
+    elif kind == "duplicate_key":
+        raw = json.dumps(doc).replace('{"format": ', '{"name": "other", "format": ', 1)
+    elif kind == "duplicate_id" and len(ops) > 1:
+        ops[(i + 1) % len(ops)]["id"] = ops[i]["id"]
+    elif kind == "duplicate_edge" and edges:
+        edges.insert(rng.randrange(len(edges) + 1), list(rng.choice(edges)))
+    elif kind == "self_loop":
+        edges.append([ops[i]["id"], ops[i]["id"]])
+    elif kind == "cycle" and edges:
+        src, dst = rng.choice(edges)
+        edges.append([dst, src])
+    elif kind == "unknown_edge_end":
+        edges.append([ops[i]["id"], "no_such_op"])
+    elif kind == "bad_edge_shape":
+        edges.append(rng.choice([[ops[i]["id"]], [ops[i]["id"], ops[i]["id"], ops[i]["id"]], "a->b",
+                                 {"src": ops[i]["id"]}, {"from": "a", "to": "b"}]))
+    elif kind == "bad_time_unit":
+        doc["time_unit_s"] = rng.choice([0, -1, 0.0, "s", True, 1e9, None, [1]])
+    elif kind == "empty_ops":
+        doc["ops"] = []
+    elif kind == "not_an_object":
+        raw = json.dumps(rng.choice([[doc], "graph", 3, None]))
+    elif kind == "bad_format":
+        doc["format"] = rng.choice(["pacml", "PACML-GRAPH", "pipedream"])
+    elif kind == "empty_name":
+        doc["name"] = rng.choice(["", "   ", "a\nb"])
+    elif kind == "drop_edge" and edges:
+        edges.pop(rng.randrange(len(edges)))
+        doc.pop("loss_op", None)  # dropping the loss op's in-edge must not strand it
+        return Mutant(json.dumps(doc).encode(), kind, VALID)
+    elif kind == "relabel":
+        ops[i]["label"] = rng.choice(["Übergröße(ß)", "x" * 500, "", "a\nb"])
+        return Mutant(json.dumps(doc).encode(), kind, VALID)
+    elif kind == "compact":
+        return Mutant(json.dumps(doc, separators=(",", ":")).encode(), kind, VALID)
+    elif kind == "time_unit_ms":
+        doc["time_unit_s"] = 1e-3
+        return Mutant(json.dumps(doc, indent=2).encode(), kind, VALID)
+    elif kind == "dict_edges":
+        doc["edges"] = [{"src": s, "dst": d} for s, d in edges]
+        return Mutant(json.dumps(doc, indent=1).encode(), kind, VALID)
+    elif kind == "no_loss_op":
+        doc.pop("loss_op", None)
+        return Mutant(json.dumps(doc).encode(), kind, VALID)
+    else:  # needed edges or two ops the seed does not have
+        ops[i]["forward_time_s"] = "fast"
+        kind = "not_a_number"
+    text = raw if raw is not None else json.dumps(doc, indent=rng.choice([None, 2]))
+    return Mutant(text.encode(), kind, INVALID)
+
+
+# ------------------------------------------------------------------ drivers
+def make_mutant(fmt: str, rng: random.Random, model: str) -> Mutant:
+    """One mutant of ``model`` in ``fmt`` (``pipedream`` or ``json``): a byte-level mutation one
+    time in three, else a format-specific one."""
+    if fmt == "pipedream":
+        text = pipedream_seed(model)
+        if rng.random() < 1 / 3:
+            return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
+        return pd_mutation(rng, text)
+    if rng.random() < 1 / 3:
+        return rng.choice(BYTE_MUTATIONS)(rng, json_seed_text(model).encode())
+    return json_mutation(rng, json_seed(model))
+
+
+_NAMES_LINE_OR_KEY = re.compile(r"^[^\n]*?(:\d+: |: field '[^']*': )")
+
+
+@dataclass
+class Outcome:
+    """What loading one mutant did."""
+
+    status: str  # accepted, rejected, traceback
+    message: str
+    problems: tuple[str, ...]  # oracle violations (empty when fine)
+
+
+def check_file(path: Path, mutant: Mutant) -> Outcome:
+    """Load ``path`` in-process and judge the result against the oracle."""
+    problems: list[str] = []
+    try:
+        load_graph(path)
+    except WorkloadError as exc:
+        message = str(exc)
+        if "\n" in message:
+            problems.append("multi-line error")
+        if not message.startswith(str(path)):
+            problems.append("error does not name the file")
+        if not _NAMES_LINE_OR_KEY.match(message):
+            problems.append("error names neither a line nor a key")
+        if mutant.expect == VALID:
+            problems.append("valid file rejected")
+        return Outcome("rejected", message, tuple(problems))
+    except Exception as exc:  # noqa: BLE001 - the point is to catch anything else
+        return Outcome("traceback", f"{type(exc).__name__}: {exc}"[:200], ("traceback",))
+    if mutant.expect == INVALID:
+        problems.append("invalid file accepted")
+    return Outcome("accepted", "", tuple(problems))
+
+
+def mutant_path(folder: Path, fmt: str, k: int) -> Path:
+    """Where mutant ``k`` is written (PipeDream files must be named ``graph.txt``-like ``.txt``)."""
+    return folder / (f"m{k:05d}.json" if fmt == "json" else f"m{k:05d}.txt")
+
+
+def run_cli(prog: list[str], path: Path, accepted: bool) -> list[str]:
+    """Run a console command on ``path``; return the oracle violations."""
+    out = subprocess.run([*prog], capture_output=True, text=True, timeout=120)
+    problems = []
+    err_lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    if accepted:
+        if out.returncode != 0:
+            problems.append(f"exit {out.returncode} on an accepted file")
+    else:
+        if out.returncode != 2:
+            problems.append(f"exit {out.returncode}, not 2")
+        name = Path(prog[0]).name
+        if len(err_lines) != 1 or not err_lines[0].startswith(f"{name}: error: {path}"):
+            problems.append(f"stderr is not one '{name}: error: {path}...' line: {out.stderr[-300:]!r}")
+    return problems
+
+
+def main() -> None:
+    """Generate, load and judge the mutants; print the figures (exit 1 on any violation)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-format", type=int, default=2000)
+    parser.add_argument("--cli-sample", type=int, default=50, help="files per format run through pacml-graph")
+    parser.add_argument("--sim-sample", type=int, default=6, help="files per format run through pacml-sim")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    bin_dir = Path(sys.executable).parent
+    failures = 0
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in ("pipedream", "json"):
+            folder = Path(tmp) / fmt
+            folder.mkdir()
+            rng = random.Random(f"{args.seed}-{fmt}")
+            counts: Counter[str] = Counter()
+            problems: Counter[str] = Counter()
+            examples: dict[str, str] = {}
+            by_mutation: Counter[str] = Counter()
+            outcomes: list[tuple[Path, Outcome]] = []
+            for k in range(args.per_format):
+                model = rng.choice(SEED_MODELS)
+                mutant = make_mutant(fmt, rng, model)
+                path = mutant_path(folder, fmt, k)
+                path.write_bytes(mutant.data)
+                outcome = check_file(path, mutant)
+                counts[outcome.status] += 1
+                by_mutation[mutant.mutation] += 1
+                for p in outcome.problems:
+                    problems[p] += 1
+                    examples.setdefault(p, f"{mutant.mutation}: {outcome.message or 'accepted'}")
+                outcomes.append((path, outcome))
+            rejected = counts["rejected"]
+            print(f"{fmt}: {args.per_format} files ({len(by_mutation)} mutations), accepted {counts['accepted']}, "
+                  f"rejected {rejected}, tracebacks {counts['traceback']}, invalid accepted "
+                  f"{problems['invalid file accepted']}, valid rejected {problems['valid file rejected']}")
+            print(f"  errors: one line {rejected - problems['multi-line error']}/{rejected}, name the file "
+                  f"{rejected - problems['error does not name the file']}/{rejected}, name a line or key "
+                  f"{rejected - problems['error names neither a line nor a key']}/{rejected}")
+            for p, text in examples.items():
+                print(f"  PROBLEM {p} (x{problems[p]}), e.g. {text}")
+            failures += sum(problems.values())
+
+            # A sample through the console commands (rejected and accepted files alike).
+            sample = random.Random(f"{args.seed}-{fmt}-cli").sample(outcomes, min(args.cli_sample, len(outcomes)))
+            cli_problems = []
+            for path, outcome in sample:
+                cli_problems += run_cli([str(bin_dir / "pacml-graph"), "validate", str(path)], path,
+                                        outcome.status == "accepted")
+            rejected_sample = [(p, o) for p, o in sample if o.status == "rejected"][: args.sim_sample]
+            for path, _ in rejected_sample:
+                cli_problems += run_cli([str(bin_dir / "pacml-sim"), f"workload.graphs={path}", "progress=false",
+                                         f"out_dir={Path(tmp) / 'sim_out'}"], path, False)
+            print(f"  console: pacml-graph validate on {len(sample)} files, pacml-sim on {len(rejected_sample)} "
+                  f"rejected files: {len(cli_problems)} problems")
+            for p in cli_problems[:5]:
+                print(f"  PROBLEM {p}")
+            failures += len(cli_problems)
+    print(f"total problems {failures}; {time.perf_counter() - start:.0f} s")
+    raise SystemExit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
