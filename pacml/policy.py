@@ -3,6 +3,9 @@
 ``PacMLPolicy`` loads a policy checkpoint written by ``pacml-train`` and decides each arriving
 job from the same encoder the environment uses. Graph embeddings are cached per graph (they do
 not depend on the cluster), so a decision costs one small MLP pass plus feature building.
+
+torch and torch_geometric (about 3 s to import) are imported only once a checkpoint file has
+been found, so ``policy=pacml policy.checkpoint=<typo>`` fails at once, not after the imports.
 """
 
 from __future__ import annotations
@@ -10,17 +13,19 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from pacml.features import Encoder
-from pacml.model import ActorCritic, graph_data
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError
 from simulator.policy import Decision
 from workloads.io import atomic_write
 from workloads.jobs import JobSpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from pacml.model import ActorCritic
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,8 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
     """Write a self-contained policy checkpoint atomically."""
+    import torch
+
     payload = {"format": POLICY_FORMAT, "version": POLICY_VERSION, "model_config": model.config,
                "model": model.state_dict(),
                "encoder": {"max_degree": encoder.max_degree, "mask": encoder.mask,
@@ -57,6 +64,8 @@ def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
 def load_payload(path: str | Path, filename: str, fmt: str, kind: str, field: str) -> dict[str, Any]:
     """Resolve and read a pacml checkpoint file of format ``fmt``; bad input is a ConfigError on ``field``."""
     file = _resolve(path, filename, kind, field)
+    import torch  # only now: a missing file must not wait for the import
+
     try:
         payload = torch.load(file, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises many types for a corrupt file
@@ -69,6 +78,8 @@ def load_payload(path: str | Path, filename: str, fmt: str, kind: str, field: st
 def load_policy(path: str | Path) -> tuple[ActorCritic, Encoder, dict[str, Any]]:
     """Load a policy checkpoint: the model (eval mode), its encoder and its metadata."""
     payload = load_payload(path, "policy.pt", POLICY_FORMAT, "policy", "policy.checkpoint")
+    from pacml.model import ActorCritic
+
     model = ActorCritic(**payload["model_config"])
     model.load_state_dict(payload["model"])
     model.eval()
@@ -105,6 +116,8 @@ class PacMLPolicy:
         #: a lookahead planner wrapping the agent uses it as its fast rollout rule.
         teacher = self.meta.get("teacher_min_degree")
         self.teacher_min_degree: int | None = None if teacher is None else int(teacher)
+        import torch
+
         self._embeddings: dict[str, torch.Tensor] = {}
         self._generator = torch.Generator().manual_seed(0)
 
@@ -116,12 +129,18 @@ class PacMLPolicy:
         key = job.graph.fingerprint
         emb = self._embeddings.get(key)
         if emb is None:
+            import torch
+
+            from pacml.model import graph_data
+
             with torch.no_grad():
                 emb = self.model.embed([graph_data(self.encoder.graph(job.graph))])
             self._embeddings[key] = emb
         return emb
 
     def _probabilities(self, job: JobSpec, obs: dict) -> torch.Tensor:
+        import torch
+
         with torch.no_grad():
             logits, _ = self.model(self._embedding(job), torch.from_numpy(obs["globals"]).unsqueeze(0),
                                    torch.from_numpy(obs["actions"]).unsqueeze(0),
@@ -134,6 +153,8 @@ class PacMLPolicy:
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The agent's degree (0 rejects) and, with learned placement, its block."""
+        import torch
+
         obs = self.encoder.encode(job, state)
         probs = self._probabilities(job, obs)
         if self.deterministic:
