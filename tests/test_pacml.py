@@ -380,3 +380,27 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
         "    print(exc.field, 'torch' in sys.modules, 'paper_betaC' in str(exc))\n"
     )
     assert out.split() == ["policy.checkpoint", "False", "True"]
+
+
+def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
+    """Tiny per-decision tensors: a second intra-op thread only waits (3-4x slower on a busy host)."""
+    cfg = compose_sim_config([*SHORT, "policy=pacml"])
+    assert cfg.policy.num_threads == 1
+    seen: list[int] = []
+    policy = PacMLPolicy("paper_betaC")
+    decide = policy._probabilities
+
+    def spy(job, obs):
+        seen.append(torch.get_num_threads())
+        return decide(job, obs)
+
+    policy._probabilities = spy  # type: ignore[method-assign]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one = build_simulation(cfg, seed=0).run(policy).summary
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        free = PacMLPolicy("paper_betaC", num_threads=None)
+        assert build_simulation(cfg, seed=0).run(free).summary["blocking_rate"] == one["blocking_rate"]
+    finally:
+        torch.set_num_threads(before)
