@@ -138,25 +138,89 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
     return fig
 
 
-def plot_jct_cdf(jobs: pd.DataFrame, facet: str = "beta") -> Figure:
+PROFILE_TIME_UNITS = "profile time units"
+"""Time unit of runs that read profile numbers as seconds (``workload.profile_time_unit_s=1``,
+as the paper scenario does): one unit is one PipeDream profile millisecond, not a second."""
+
+# Line styles by drawing order: identical curves drawn over one another stay visible.
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def time_unit(runs: pd.DataFrame) -> str:
+    """The unit of simulated times in ``runs``: ``"s"`` or :data:`PROFILE_TIME_UNITS`.
+
+    A run is in profile time units when its profile numbers are read as seconds: the paper
+    scenario (``workload.profile_time_unit_s: 1.0``), or any run that sets that key to 1 on
+    its command line (a ``workload.profile_time_unit_s`` column).
+
+    Args:
+        runs: One row per run (:func:`analysis.runs.load_sweep`) with a ``scenario`` column.
+
+    Returns:
+        The unit, or a note saying which runs use which unit when they are mixed.
+    """
+    if runs.empty:
+        return "s"
+    scenario = runs["scenario"] if "scenario" in runs.columns else pd.Series("", index=runs.index)
+    profile = scenario.eq("paper")
+    override = "workload.profile_time_unit_s"
+    if override in runs.columns:
+        given = pd.to_numeric(runs[override], errors="coerce")
+        profile = profile.where(given.isna(), given == 1.0)
+    if profile.all():
+        return PROFILE_TIME_UNITS
+    if not profile.any():
+        return "s"
+    return f"s; {PROFILE_TIME_UNITS} for the paper scenario"
+
+
+def plot_jct_cdf(jobs: pd.DataFrame, facet: str = "beta", unit: str = "s") -> Figure:
     """Empirical CDF of completed jobs' JCT, one line per policy, one panel per ``facet`` value.
+
+    Policies whose curves are identical (same decisions, same JCTs) would hide each other: each
+    policy is drawn in its own line style and a thinner line than the one before, and a policy
+    identical to an earlier one in every panel is labelled ``"B (= A)"``; identical curves in
+    only some panels are listed in those panels.
 
     Args:
         jobs: One row per job with ``policy``, ``outcome``, ``jct_s`` (and ``facet``), e.g.
             :func:`analysis.runs.load_sweep_jobs`; jobs of several seeds are pooled.
         facet: Column splitting the panels (ignored if absent).
+        unit: Unit of ``jct_s`` for the axis label (:func:`time_unit` of the runs); in the
+            paper scenario times are :data:`PROFILE_TIME_UNITS`, not seconds.
     """
     done = jobs[jobs["outcome"] == "completed"]
     fig, panels = _faceted(done, facet)
-    for ax, (name, panel) in panels:
-        for policy in ordered_policies(panel["policy"]):
-            jct = np.sort(panel.loc[panel["policy"] == policy, "jct_s"].dropna().to_numpy())
+    policies = ordered_policies(done["policy"])
+    curves = [{p: np.sort(panel.loc[panel["policy"] == p, "jct_s"].dropna().to_numpy())
+               for p in ordered_policies(panel["policy"])} for _, (_, panel) in panels]
+    twins = [_identical_to_earlier(panel_curves) for panel_curves in curves]
+    labels = {p: policy_label(p) for p in policies}
+    named: set[str] = set()
+    for policy in policies:
+        # Twins in every panel where the policy has a curve: the legend can say so once.
+        seen_in = [t[policy] for t, c in zip(twins, curves, strict=True)
+                   if policy in c and c[policy].size]
+        common = [q for q in seen_in[0] if all(q in t for t in seen_in[1:])] if seen_in else []
+        if common:
+            labels[policy] += f" (= {policy_label(common[0])})"
+            named.add(policy)
+    for (ax, (name, _)), panel_curves, panel_twins in zip(panels, curves, twins, strict=True):
+        for policy, jct in panel_curves.items():
             if jct.size:
+                i = policies.index(policy)
                 ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post",
-                        color=policy_colour(policy), label=policy_label(policy))
+                        color=policy_colour(policy), label=labels[policy],
+                        linestyle=_LINESTYLES[i % len(_LINESTYLES)],
+                        linewidth=max(3.0 - 0.6 * i, 1.0))
+        partial = [f"{policy_label(p)} = {policy_label(q[0])}" for p, q in panel_twins.items()
+                   if q and p not in named]
+        if partial:
+            ax.text(0.98, 0.04, "identical: " + "; ".join(partial), transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize="small")
         ax.set_xscale("log")
         ax.set_ylim(0, 1.02)
-        ax.set_xlabel("Job completion time (s, log scale)")
+        ax.set_xlabel(f"Job completion time ({unit}, log scale)")
         ax.set_ylabel("Fraction of completed jobs")
         ax.set_title(name)
         ax.grid(alpha=0.3)
@@ -164,6 +228,14 @@ def plot_jct_cdf(jobs: pd.DataFrame, facet: str = "beta") -> Figure:
     _figure_legend(fig)
     fig.suptitle("JCT of completed jobs (empirical CDF, seeds pooled)")
     return fig
+
+
+def _identical_to_earlier(curves: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
+    """For each policy (in order), the earlier policies with exactly the same sorted JCTs."""
+    items = list(curves.items())
+    return {policy: [other for other, earlier in items[:i]
+                     if jct.size and np.array_equal(earlier, jct)]
+            for i, (policy, jct) in enumerate(items)}
 
 
 def plot_degree_histogram(jobs: pd.DataFrame, facet: str = "beta") -> Figure:

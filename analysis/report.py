@@ -35,6 +35,7 @@ from analysis.plots import (
     plot_utilisation_timeline,
     policy_label,
     save_figure,
+    time_unit,
 )
 from analysis.runs import (
     cluster_num_servers,
@@ -219,9 +220,10 @@ def _write_figures(runs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
     jobs = load_sweep_jobs(at_load)
     if jobs.empty:
         return written
-    save(plot_jct_cdf(jobs), "jct_cdf", "Job completion times",
+    unit = time_unit(at_load)
+    save(plot_jct_cdf(jobs, unit=unit), "jct_cdf", "Job completion times",
          f"Distribution of the job completion time of completed jobs{where}, per policy and β "
-         "distribution (seeds pooled).")
+         f"distribution (seeds pooled), in {unit}.")
     save(plot_degree_histogram(jobs), "degree_histogram", "Chosen partition degrees",
          f"Share of jobs per chosen partition degree{where} (0 = rejected), per policy and β "
          "distribution (seeds pooled).")

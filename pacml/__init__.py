@@ -3,6 +3,11 @@
 ``pacml.env.ClusterEnv`` wraps the simulator as a Gymnasium environment (registered as
 ``pacml/JobPartition-v0``), ``pacml.model`` holds the PyG actor-critic, ``pacml.ppo`` the training
 loop, and ``pacml.policy.PacMLPolicy`` runs a trained agent behind the simulator's policy interface.
+
+The environment is registered on ``import pacml`` (cheap: no torch, no simulator). Gymnasium
+>= 1.0 has no plug-in entry points any more (``gymnasium.envs`` entry points were dropped in
+1.0), so code that never imports pacml uses gymnasium's module prefix, which imports pacml
+first: ``gym.make("pacml:pacml/JobPartition-v0")``.
 """
 
 import gymnasium as gym

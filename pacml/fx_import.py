@@ -1,7 +1,25 @@
 """Bring your own model: turn a PyTorch ``nn.Module`` into a profiled :class:`OpGraph`.
 
-The module is traced with ``torch.fx.symbolic_trace`` and its example inputs are pushed
-through ``torch.fx.passes.shape_prop.ShapeProp`` to learn every node's output shape and dtype.
+The module is traced with a ``torch.fx`` tracer and its example inputs are pushed through
+``torch.fx.passes.shape_prop.ShapeProp`` to learn every node's output shape and dtype.
+
+Tracing:
+    * A ``torch.nn`` module is kept as one op (an fx leaf) only if it has a cost rule below
+      (Linear, Conv, norms, pools, activations, dropout, ``nn.MultiheadAttention``); every other
+      module, the user's own and ``torch.nn`` containers alike, is traced into, so that e.g.
+      ``nn.TransformerEncoder`` becomes its attention, linear, norm and add ops instead of one
+      op of zero FLOPs.
+    * ``nn.TransformerEncoder`` and ``nn.TransformerEncoderLayer`` are traced through their
+      slow path (the same ops torch runs when its fused fast path does not apply), because
+      their ``forward`` checks tensor properties that symbolic tracing cannot evaluate.
+      ``nn.MultiheadAttention`` is a leaf with its own rule: its ``forward`` (and
+      ``F.multi_head_attention_forward``, which fx records as a single call) cannot be
+      decomposed by symbolic tracing.
+    * A ``torch.nn`` module without a cost rule whose ``forward`` cannot be traced (e.g.
+      ``nn.LSTM``) falls back to one op with bytes-only cost; the warning below names it.
+    * Ops that do arithmetic but match no FLOP rule are costed by bytes only: one warning per
+      import lists them (pure data movement such as views, ``cat`` or ``getitem`` is not
+      listed). Their times are lower bounds.
 
 Graph:
     * One op per fx node of kind ``placeholder`` (an input op, zero time), ``call_module``,
@@ -42,6 +60,10 @@ Costs ``"estimate"`` (a roofline; no model execution beyond shape propagation):
     * matmul / mm / bmm / ``@``: ``2 * N_out * K`` with ``K`` the first operand's last dim;
       addmm / baddbmm: that + ``N_out`` for the add.
     * Reductions (sum, mean, amax, ...): 1 FLOP per input element.
+    * MultiheadAttention (``E`` = embed_dim, ``h`` heads, ``T_q = N * L`` query and
+      ``T_kv = N * S`` key tokens): projections ``2 * T_q * E * E`` (q) + ``2 * T_kv * kdim * E``
+      (k) + ``2 * T_kv * vdim * E`` (v) + ``2 * T_q * E * E`` (out), + biases; scores and
+      weighted sum ``2 * 2 * N * L * S * E``; softmax ``4 * N * h * L * S``.
     * Anything else (views, flatten, cat, getitem, embedding, einsum, interpolate, ...):
       bytes only (FLOPs = 0), i.e. the op is charged its memory traffic.
 
@@ -64,7 +86,12 @@ Costs ``"profile"`` (measured on the CPU, so times describe this host, not a GPU
     kernels can wait milliseconds for a descheduled worker, so ``torch.set_num_threads(1)``
     before profiling gives steadier numbers.
 
-Tracing limits are those of ``torch.fx.symbolic_trace``: data-dependent control flow
+Default graph names (``name=None``) are the module's class name plus 8 hex digits of a hash
+of its structure (``repr``, parameter and buffer shapes and dtypes) and of the example
+inputs' shapes, so two variants of one class (``Net(width=64)``, ``Net(width=128)``) get
+different names: graphs are keyed by name in a scenario's graph list.
+
+Tracing limits are those of ``torch.fx`` symbolic tracing: data-dependent control flow
 (``if x.sum() > 0``), data-dependent shapes and untraceable Python raise a
 :class:`WorkloadError` naming torch.fx and the first line of the original error.
 """
@@ -73,6 +100,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import inspect
 import logging
 import math
 import statistics
@@ -85,6 +114,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.fx import GraphModule, Interpreter, Node
+from torch.fx._symbolic_trace import _assert_is_none
 from torch.fx.node import map_aggregate
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata, _extract_tensor_metadata
 
@@ -136,13 +166,26 @@ _CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
 # Python's in-place operators as traced by fx (``x += y`` -> operator.iadd).
 _INPLACE_OPERATORS = {"iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "truediv",
                       "ifloordiv": "floordiv", "imod": "mod", "ipow": "pow"}
+# Ops that only move, reshape or select data: bytes-only by design, so not worth a warning.
+_DATA_MOVEMENT = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "permute", "transpose",
+    "t", "contiguous", "getitem", "getattr", "size", "dim", "cat", "concat", "concatenate",
+    "stack", "split", "chunk", "unbind", "expand", "expand_as", "unsqueeze", "squeeze",
+    "narrow", "select", "index_select", "gather", "take", "embedding", "clone", "detach", "to",
+    "type", "type_as", "float", "half", "double", "bfloat16", "int", "long", "bool", "repeat",
+    "repeat_interleave", "tile", "roll", "flip", "pad", "movedim", "swapaxes", "swapdims",
+    "zeros", "ones", "zeros_like", "ones_like", "full", "full_like", "empty", "empty_like",
+    "new_zeros", "new_ones", "new_full", "new_empty", "arange", "masked_select", "identity",
+})
+# Longest op list a warning spells out; the rest is counted.
+_WARN_LIST_MAX = 20
 
 
 def graph_from_module(
     module: nn.Module,
     example_inputs: tuple[Tensor, ...] | Tensor,
     *,
-    name: str,
+    name: str | None = None,
     costs: Literal["estimate", "profile"] = "estimate",
     device_flops: float = A100_FP32_FLOPS,
     memory_bandwidth_Bps: float = A100_MEMORY_BANDWIDTH_BPS,
@@ -156,7 +199,8 @@ def graph_from_module(
         module: The model; it is deep-copied, never modified.
         example_inputs: Inputs for one forward call (a tensor or a tuple of positional args);
             their shapes fix every activation size and so every cost.
-        name: Model name of the graph.
+        name: Model name of the graph; ``None``: :func:`default_graph_name` (class name + a
+            hash of the structure and input shapes).
         costs: ``"estimate"`` (FLOP/byte roofline) or ``"profile"`` (timed on this CPU).
         device_flops: Peak FLOP/s for ``"estimate"`` (default: A100 fp32, 19.5e12).
         memory_bandwidth_Bps: Memory bandwidth in bytes/s for ``"estimate"`` (default: A100,
@@ -177,6 +221,9 @@ def graph_from_module(
     _check_args(costs, device_flops, memory_bandwidth_Bps, bytes_per_element, backward_factor,
                 profile_repeats)
     inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else tuple(example_inputs)
+    if name is None:
+        name = default_graph_name(module, inputs)
+    source = f"torch.fx:{type(module).__qualname__}"
     # Shape propagation (and profiling) runs the model: BatchNorm statistics and in-place ops
     # would otherwise change the caller's module and inputs.
     try:
@@ -185,7 +232,7 @@ def graph_from_module(
         logger.warning("could not copy module %r (%s); shape propagation will run on it as is",
                        name, _first_line(exc))
     inputs = tuple(_clone(x) for x in inputs)
-    gm = _trace(module, name)
+    gm = _trace(module, name, len(inputs))
     prop = _ShapeProp(gm)
     try:
         with torch.no_grad():
@@ -210,6 +257,7 @@ def graph_from_module(
             _roofline_s(gm, n, elem, device_flops, memory_bandwidth_Bps) for n in nodes
         ], dtype=np.float64)
         backward = forward * backward_factor
+        _warn_unruled(gm, nodes, name)
     else:
         forward, backward = _profile(gm, nodes, inputs, name, backward_factor, profile_repeats)
 
@@ -223,7 +271,7 @@ def graph_from_module(
         parameter_bytes=params,
         edges=np.array(_edges(gm, nodes, index), dtype=np.int64).reshape(-1, 2),
         loss_index=_loss_index(gm, index),
-        source=f"torch.fx:{type(module).__qualname__}",
+        source=source,
         time_unit_s=1.0,  # estimated and profiled costs are seconds
     )
 
@@ -240,13 +288,12 @@ def save_module_graph(
         module: The model.
         example_inputs: Inputs for one forward call.
         path: Destination ``.json`` file (written atomically).
-        **kwargs: Passed to :func:`graph_from_module`; ``name`` defaults to the module's
-            class name.
+        **kwargs: Passed to :func:`graph_from_module`; ``name`` defaults to
+            :func:`default_graph_name` (class name + structure hash).
 
     Returns:
         The path written.
     """
-    kwargs.setdefault("name", type(module).__name__)
     graph = graph_from_module(module, example_inputs, **kwargs)
     return write_json_graph(graph, path, notes=f"built from {type(module).__qualname__} by "
                                                f"pacml.fx_import (costs={kwargs.get('costs', 'estimate')})")
@@ -305,13 +352,180 @@ class _ShapeProp(ShapeProp):
         return result
 
 
-def _trace(module: nn.Module, name: str) -> GraphModule:
+def _encoder_layer_forward(layer: nn.TransformerEncoderLayer, src: Any, src_mask: Any = None,
+                           src_key_padding_mask: Any = None, is_causal: bool = False) -> Any:
+    """``TransformerEncoderLayer.forward`` without its fast-path checks (torch's slow path)."""
+    x = src
+    if layer.norm_first:
+        x = x + layer._sa_block(layer.norm1(x), src_mask, src_key_padding_mask,
+                                is_causal=is_causal)
+        return x + layer._ff_block(layer.norm2(x))
+    x = layer.norm1(x + layer._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal))
+    return layer.norm2(x + layer._ff_block(x))
+
+
+def _encoder_forward(encoder: nn.TransformerEncoder, src: Any, mask: Any = None,
+                     src_key_padding_mask: Any = None, is_causal: bool | None = None) -> Any:
+    """``TransformerEncoder.forward`` without its fast-path and nested-tensor checks."""
+    out = src
+    for layer in encoder.layers:
+        out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                    is_causal=bool(is_causal))
+    return encoder.norm(out) if encoder.norm is not None else out
+
+
+def _decoder_forward(decoder: nn.TransformerDecoder, tgt: Any, memory: Any, tgt_mask: Any = None,
+                     memory_mask: Any = None, tgt_key_padding_mask: Any = None,
+                     memory_key_padding_mask: Any = None, tgt_is_causal: bool | None = None,
+                     memory_is_causal: bool = False) -> Any:
+    """``TransformerDecoder.forward`` without its causal-mask detection."""
+    out = tgt
+    for layer in decoder.layers:
+        out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                    tgt_key_padding_mask=tgt_key_padding_mask,
+                    memory_key_padding_mask=memory_key_padding_mask,
+                    tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+    return decoder.norm(out) if decoder.norm is not None else out
+
+
+def _transformer_forward(model: nn.Transformer, src: Any, tgt: Any, src_mask: Any = None,
+                         tgt_mask: Any = None, memory_mask: Any = None,
+                         src_key_padding_mask: Any = None, tgt_key_padding_mask: Any = None,
+                         memory_key_padding_mask: Any = None, src_is_causal: bool | None = None,
+                         tgt_is_causal: bool | None = None,
+                         memory_is_causal: bool = False) -> Any:
+    """``Transformer.forward`` without its shape checks (shape propagation still runs them)."""
+    memory = model.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                           is_causal=src_is_causal)
+    return model.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                         tgt_key_padding_mask=tgt_key_padding_mask,
+                         memory_key_padding_mask=memory_key_padding_mask,
+                         tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+
+# torch.nn modules whose forward cannot be symbolically traced, but whose slow path can.
+_TRACEABLE_FORWARDS: dict[type, Callable[..., Any]] = {
+    nn.Transformer: _transformer_forward,
+    nn.TransformerEncoder: _encoder_forward,
+    nn.TransformerEncoderLayer: _encoder_layer_forward,
+    nn.TransformerDecoder: _decoder_forward,
+}
+
+
+def _is_torch_module(mod: nn.Module) -> bool:
+    return type(mod).__module__.startswith("torch.nn")
+
+
+def _has_cost_rule(mod: nn.Module) -> bool:
+    """True for the module types that :func:`_module_flops` costs as one op."""
+    if isinstance(mod, nn.MultiheadAttention | nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
+                  | nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d
+                  | nn.modules.batchnorm._BatchNorm | nn.modules.instancenorm._InstanceNorm
+                  | nn.GroupNorm | nn.LayerNorm | nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d
+                  | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d | nn.LPPool1d | nn.LPPool2d
+                  | nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d
+                  | nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d):
+        return True
+    key = type(mod).__name__.lower()
+    return key in _CHEAP_MODULE_KEYS or key in _TRANSCENDENTAL_MODULE_KEYS
+
+
+class _CostTracer(torch.fx.Tracer):
+    """fx tracer whose leaves are exactly the ``torch.nn`` modules with a cost rule.
+
+    Every other module is traced into; a ``torch.nn`` module whose forward cannot be traced
+    is rolled back and kept as one (rule-less) op, as the default tracer would have kept it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opaque: set[str] = set()
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.opaque:
+            return True
+        return _is_torch_module(m) and _has_cost_rule(m)
+
+    def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+        override = _TRACEABLE_FORWARDS.get(type(m))
+        if override is not None:
+            forward = functools.partial(override, m)
+        qualified = self.path_of_module(m)
+        if not _is_torch_module(m) or self.is_leaf_module(m, qualified):
+            return super().call_module(m, forward, args, kwargs)
+        last = next(reversed(self.graph.nodes), None)
+        stack, calls = dict(self.module_stack), dict(self.num_calls)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception as exc:  # fx raises TraceError, RuntimeError, TypeError...
+            logger.debug("cannot trace into %s (%s); keeping it as one op", qualified,
+                         _first_line(exc))
+            # Undo the partial trace: erase its nodes (users first) and its module-stack
+            # entries, which Tracer.call_module does not pop when forward raises.
+            doomed = []
+            for node in reversed(self.graph.nodes):
+                if node is last:
+                    break
+                doomed.append(node)
+            for node in doomed:
+                self.graph.erase_node(node)
+            self.module_stack.clear()
+            self.module_stack.update(stack)
+            self.num_calls.clear()
+            self.num_calls.update(calls)
+            self.opaque.add(qualified)
+            return super().call_module(m, forward, args, kwargs)
+
+
+def _trace(module: nn.Module, name: str, num_inputs: int) -> GraphModule:
+    cls = type(module)
+    override = _TRACEABLE_FORWARDS.get(cls)
+    concrete: dict[str, Any] | None = None
+    if override is not None:
+        # The tracer calls the root's class forward directly (not through call_module), so
+        # the root gets a subclass with the traceable forward while it is traced; optional
+        # arguments not given as example inputs keep their defaults instead of becoming
+        # symbolic inputs (a symbolic is_causal cannot be tested).
+        module.__class__ = type(cls.__name__, (cls,), {"forward": override})
+        optional = list(inspect.signature(override).parameters.values())[1 + num_inputs:]
+        concrete = {p.name: p.default for p in optional}
+    tracer = _CostTracer()
     try:
-        return torch.fx.symbolic_trace(module)
+        graph = tracer.trace(module, concrete_args=concrete)
     except Exception as exc:  # fx raises TraceError, TypeError, NotImplementedError...
         raise WorkloadError(
             f"module {name!r} could not be traced by torch.fx ({_first_line(exc)})"
         ) from exc
+    finally:
+        module.__class__ = cls
+    if concrete:
+        # fx still records each concrete argument as an input plus a check that it keeps its
+        # default; neither is an op of the model.
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target is _assert_is_none:
+                graph.erase_node(node)
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for node in placeholders[num_inputs:]:
+            if not node.users:
+                graph.erase_node(node)
+    return GraphModule(module, graph, cls.__name__)
+
+
+def default_graph_name(module: nn.Module, example_inputs: tuple[Tensor, ...] | Tensor) -> str:
+    """The class name + 8 hex digits of a hash of the module's structure and input shapes.
+
+    Two variants of one class (other widths, depths or input sizes) get different names;
+    the same module and inputs always get the same name (no weights or values enter it).
+    """
+    inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else tuple(example_inputs)
+    parts = [type(module).__qualname__, repr(module)]
+    parts += [f"{k}:{tuple(t.shape)}:{t.dtype}" for k, t in module.state_dict().items()
+              if isinstance(t, Tensor)]
+    parts += [f"in:{tuple(x.shape)}:{x.dtype}" if isinstance(x, Tensor) else f"in:{x!r}"
+              for x in inputs]
+    digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8]
+    return f"{type(module).__name__}-{digest}"
 
 
 def _clone(value: Any) -> Any:
@@ -436,7 +650,20 @@ def _roofline_s(gm: GraphModule, node: Node, elem: Callable[[torch.dtype], int],
     if node.op == "call_module":
         sub = gm.get_submodule(node.target)
         moved += sum(t.numel() * elem(t.dtype) for t in (*sub.parameters(), *sub.buffers()))
-    return max(_flops(gm, node) / device_flops, moved / bandwidth_Bps)
+    return max((_flops(gm, node) or 0.0) / device_flops, moved / bandwidth_Bps)
+
+
+def _warn_unruled(gm: GraphModule, nodes: list[Node], name: str) -> None:
+    """One warning listing the compute ops that no FLOP rule covers (costed by bytes only)."""
+    unruled = [f"{n.name} ({_label(gm, n)})" for n in nodes if n.op in _COMPUTE_KINDS
+               and _flops(gm, n) is None
+               and (n.op == "call_module" or _op_name(n) not in _DATA_MOVEMENT)]
+    if unruled:
+        shown = ", ".join(unruled[:_WARN_LIST_MAX])
+        more = f" and {len(unruled) - _WARN_LIST_MAX} more" if len(unruled) > _WARN_LIST_MAX else ""
+        logger.warning("graph %r: %d op(s) match no FLOP rule and are costed by bytes moved "
+                       "only (their times are lower bounds): %s%s", name, len(unruled), shown,
+                       more)
 
 
 def _arg(node: Node, position: int, keyword: str) -> Any:
@@ -451,8 +678,11 @@ def _kernel_elements(kernel: Any, spatial_dims: int) -> int:
     return math.prod(kernel)
 
 
-def _flops(gm: GraphModule, node: Node) -> float:
-    """Forward FLOPs of one node by the formulas of the module docstring; 0 = bytes only."""
+def _flops(gm: GraphModule, node: Node) -> float | None:
+    """Forward FLOPs of one node by the formulas of the module docstring.
+
+    ``None`` when no rule covers the node (it is then costed by bytes only, like a 0).
+    """
     metas = list(_metas(node.meta.get("tensor_meta")))
     if not metas:
         return 0.0
@@ -460,7 +690,10 @@ def _flops(gm: GraphModule, node: Node) -> float:
     first = _tensor_meta(node.args[0]) if node.args else None
     n_in = float(_numel(first)) if first is not None else 0.0
     if node.op == "call_module":
-        return _module_flops(gm.get_submodule(node.target), n_out, n_in, metas[0])
+        mod = gm.get_submodule(node.target)
+        if isinstance(mod, nn.MultiheadAttention):
+            return _attention_flops(mod, node)
+        return _module_flops(mod, n_out, n_in, metas[0])
     name = _op_name(node)
     if name == "linear" or name in _CONVS:
         weight = _tensor_meta(_arg(node, 1, "weight"))
@@ -485,10 +718,36 @@ def _flops(gm: GraphModule, node: Node) -> float:
         return n_out
     if name in _TRANSCENDENTAL:
         return _TRANSCENDENTAL_FLOPS_PER_ELEMENT * n_out
-    return 0.0
+    return None
 
 
-def _module_flops(mod: nn.Module, n_out: float, n_in: float, out: TensorMetadata) -> float:
+def _attention_flops(mod: nn.MultiheadAttention, node: Node) -> float | None:
+    """FLOPs of ``nn.MultiheadAttention`` (see the module docstring)."""
+    query = _tensor_meta(_arg(node, 0, "query"))
+    key = _tensor_meta(_arg(node, 1, "key"))
+    if query is None or key is None or len(query.shape) not in (2, 3):
+        return None
+    if len(query.shape) == 2:  # unbatched (L, E)
+        batch, q_len, kv_len = 1, query.shape[0], key.shape[0]
+    elif mod.batch_first:  # (N, L, E)
+        batch, q_len, kv_len = query.shape[0], query.shape[1], key.shape[1]
+    else:  # (L, N, E)
+        batch, q_len, kv_len = query.shape[1], query.shape[0], key.shape[0]
+    embed = mod.embed_dim
+    q_tokens, kv_tokens = float(batch * q_len), float(batch * kv_len)
+    projections = 2.0 * embed * (q_tokens * embed + kv_tokens * mod.kdim + kv_tokens * mod.vdim
+                                 + q_tokens * embed)
+    if mod.in_proj_bias is not None:
+        projections += embed * (q_tokens + 2.0 * kv_tokens)
+    if mod.out_proj.bias is not None:
+        projections += embed * q_tokens
+    scores_and_sum = 2.0 * 2.0 * batch * q_len * kv_len * embed
+    softmax = _TRANSCENDENTAL_FLOPS_PER_ELEMENT * batch * mod.num_heads * q_len * kv_len
+    return projections + scores_and_sum + softmax
+
+
+def _module_flops(mod: nn.Module, n_out: float, n_in: float,
+                  out: TensorMetadata) -> float | None:
     bias = n_out if getattr(mod, "bias", None) is not None else 0.0
     if isinstance(mod, nn.Linear):
         return 2.0 * n_out * mod.in_features + bias
@@ -515,7 +774,7 @@ def _module_flops(mod: nn.Module, n_out: float, n_in: float, out: TensorMetadata
         return n_out
     if key in _TRANSCENDENTAL_MODULE_KEYS:
         return _TRANSCENDENTAL_FLOPS_PER_ELEMENT * n_out
-    return 0.0
+    return None
 
 
 # --- CPU profile -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from analysis.plots import (
+    PROFILE_TIME_UNITS,
     occupancy_over_time,
     plot_blocking_vs_load,
     plot_degree_histogram,
@@ -18,6 +19,7 @@ from analysis.plots import (
     plot_utilisation_timeline,
     save_figure,
     time_average,
+    time_unit,
 )
 
 
@@ -125,3 +127,42 @@ def test_save_figure_writes_png_and_svg(tmp_path: Path, runs: pd.DataFrame) -> N
     assert [p.name for p in paths] == ["load.png", "load.svg"]
     assert paths[0].read_bytes().startswith(b"\x89PNG")
     assert "<svg" in paths[1].read_text()
+
+
+def _cdf_jobs(jcts: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"policy": p, "beta": b, "outcome": "completed", "jct_s": j}
+                         for (p, b), values in jcts.items() for j in values])
+
+
+def test_jct_cdf_identical_policies_stay_visible_and_are_named() -> None:
+    """min_feasible_4 and pacml make the same decisions: one curve would hide the other."""
+    same = [10.0, 20.0, 40.0]
+    jobs = _cdf_jobs({("min_feasible_4", "A"): same, ("pacml", "A"): same,
+                      ("para_max", "A"): [5.0, 50.0],
+                      ("min_feasible_4", "C"): same, ("pacml", "C"): same,
+                      ("para_max", "C"): same})  # para_max = the others in beta C only
+    fig = plot_jct_cdf(jobs)
+    panel_a, panel_c = visible_axes(fig)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["Para_max", "Min_feasible (>=4)", "PAC-ML (= Min_feasible (>=4))"]
+    styles = {(line.get_linestyle(), line.get_linewidth()) for line in panel_a.lines}
+    assert len(styles) == 3  # each curve its own style and width, so overlaps show both
+    assert not panel_a.texts
+    (note,) = panel_c.texts  # identical in this panel only
+    assert note.get_text() == "identical: Min_feasible (>=4) = Para_max"
+
+
+def test_jct_cdf_axis_names_the_time_unit() -> None:
+    paper = pd.DataFrame({"scenario": ["paper", "paper"]})
+    physical = pd.DataFrame({"scenario": ["physical", None]})
+    assert time_unit(paper) == PROFILE_TIME_UNITS == "profile time units"
+    assert time_unit(physical) == "s"
+    assert time_unit(pd.concat([paper, physical])) == "s; profile time units for the paper scenario"
+    # A command-line override of the profile unit wins over the scenario's.
+    overridden = pd.DataFrame({"scenario": ["paper", "physical"],
+                               "workload.profile_time_unit_s": [1e-3, 1.0]})
+    assert time_unit(overridden) == "s; profile time units for the paper scenario"
+    assert time_unit(overridden.iloc[[1]]) == PROFILE_TIME_UNITS
+    jobs = _cdf_jobs({("para_max", "A"): [1.0, 2.0]})
+    (ax,) = visible_axes(plot_jct_cdf(jobs, unit=time_unit(paper)))
+    assert ax.get_xlabel() == "Job completion time (profile time units, log scale)"

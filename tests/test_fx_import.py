@@ -244,3 +244,125 @@ def test_bad_example_inputs_name_the_node() -> None:
 def test_bad_arguments(kwargs: dict[str, object]) -> None:
     with pytest.raises(WorkloadError):
         _tiny_graph(**kwargs)
+
+
+# --- tracing into modules without a cost rule (issue 14, item 10) ---------------------------
+
+D_MODEL, HEADS, FFN, SEQ = 64, 4, 256, 16
+
+
+class Encoder(nn.Module):
+    """A user model around a 2-layer nn.TransformerEncoder (a torch.nn leaf for the default tracer)."""
+
+    def __init__(self, d_model: int = D_MODEL) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model, HEADS, FFN, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.encoder(x)
+
+
+def _encoder_flops(batch: int, seq: int, d: int, ffn: int, layers: int = 2) -> float:
+    """Matmul FLOPs of a post-norm encoder by hand (norms, softmax and adds are left out)."""
+    tokens = batch * seq
+    projections = 2 * tokens * d * d * 4  # q, k, v and output projections
+    attention = 2 * 2 * batch * seq * seq * d  # q @ k^T and weights @ v, all heads together
+    feed_forward = 2 * 2 * tokens * d * ffn  # linear1 and linear2
+    return layers * (projections + attention + feed_forward)
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_transformer_encoder_is_decomposed_and_costed(wrapped: bool) -> None:
+    torch.manual_seed(0)
+    model = Encoder() if wrapped else Encoder().encoder
+    x = torch.randn(BATCH, SEQ, D_MODEL)
+    # A huge bandwidth makes every op compute-bound, so the total time is FLOPs / device_flops.
+    graph = graph_from_module(model, x, name="enc", device_flops=1e12, memory_bandwidth_Bps=1e30)
+    labels = " ".join(graph.labels)
+    assert graph.num_ops >= 20, graph.labels
+    assert labels.count("MultiheadAttention(") == 2 and labels.count("Linear(") == 4
+    assert labels.count("LayerNorm(") == 4
+    assert not any(lab.startswith("Input(mask") or "assert" in lab for lab in graph.labels)
+    expected_s = _encoder_flops(BATCH, SEQ, D_MODEL, FFN) / 1e12
+    total_s = float(graph.forward_time_s.sum())
+    assert expected_s / 2 < total_s < 2 * expected_s, (total_s, expected_s)
+    # The matmuls dominate: the total is at least the hand count and within 10 % above it.
+    assert expected_s <= total_s < 1.1 * expected_s
+    # It is a chain of ops that the simulator can split across servers.
+    assert TrainingGraph(graph).num_ops == 2 * graph.num_ops
+
+
+def test_attention_cost_rule_by_hand() -> None:
+    mha = nn.MultiheadAttention(D_MODEL, HEADS, kdim=32, vdim=48)  # (L, N, E) layout
+    query, key = torch.randn(SEQ, BATCH, D_MODEL), torch.randn(10, BATCH, 32)
+    value = torch.randn(10, BATCH, 48)
+
+    class Cross(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = mha
+
+        def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            return self.attn(q, k, v, need_weights=False)[0]
+
+    graph = graph_from_module(Cross(), (query, key, value), name="cross", device_flops=1.0,
+                              memory_bandwidth_Bps=1e30)
+    q_tok, kv_tok = BATCH * SEQ, BATCH * 10
+    flops = (2 * q_tok * D_MODEL * D_MODEL + 2 * kv_tok * 32 * D_MODEL + 2 * kv_tok * 48 * D_MODEL
+             + 2 * q_tok * D_MODEL * D_MODEL  # projections
+             + D_MODEL * (q_tok + 2 * kv_tok) + D_MODEL * q_tok  # biases
+             + 2 * 2 * BATCH * SEQ * 10 * D_MODEL  # scores and weighted sum
+             + 4 * BATCH * HEADS * SEQ * 10)  # softmax
+    assert _by_id(graph, graph.forward_time_s)["attn"] == pytest.approx(flops)
+
+
+def test_untraceable_torch_module_falls_back_to_one_op(caplog: pytest.LogCaptureFixture) -> None:
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(8, 16)
+            self.head = nn.Linear(16, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.head(self.lstm(x)[0])
+
+    with caplog.at_level("WARNING", logger="pacml.fx_import"):
+        graph = graph_from_module(Recurrent(), torch.randn(5, 3, 8), name="rnn")
+    assert graph.op_ids == ("x", "lstm", "getitem", "head")
+    assert graph.labels[1] == "LSTM(lstm)"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "lstm (LSTM(lstm))" in warnings[0]
+
+
+def test_one_warning_lists_ops_without_flops(caplog: pytest.LogCaptureFixture) -> None:
+    class Mixed(nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            y = torch.einsum("ij,jk->ik", x, x)  # arithmetic without a FLOP rule
+            z = torch.cumsum(y, dim=0)  # another one
+            return (z.view(-1) + 1).relu()  # view: data movement; add, relu: rules
+
+    with caplog.at_level("WARNING", logger="pacml.fx_import"):
+        graph_from_module(Mixed(), torch.randn(4, 4), name="mixed")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "'mixed'" in warnings[0] and "2 op(s)" in warnings[0]
+    assert "einsum" in warnings[0] and "cumsum" in warnings[0] and "view" not in warnings[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pacml.fx_import"):
+        _tiny_graph()  # every TinyNet op has a rule or only moves data
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_default_names_differ_between_variants_of_one_class(tmp_path) -> None:
+    x = torch.randn(BATCH, SEQ, D_MODEL)
+    narrow = graph_from_module(Encoder(), x)
+    again = graph_from_module(Encoder(), x)  # other weights, same structure
+    wide = graph_from_module(Encoder(d_model=128), torch.randn(BATCH, SEQ, 128))
+    longer = graph_from_module(Encoder(), torch.randn(BATCH, 2 * SEQ, D_MODEL))
+    assert narrow.name.startswith("Encoder-") and len(narrow.name) == len("Encoder-") + 8
+    assert narrow.name == again.name
+    assert len({narrow.name, wide.name, longer.name}) == 3
+    path = save_module_graph(Encoder(d_model=128), torch.randn(BATCH, SEQ, 128),
+                             tmp_path / "wide.json")
+    assert load_json_graph(path).name == wide.name

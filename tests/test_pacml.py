@@ -340,3 +340,68 @@ def test_pacml_train_command_trains_and_resumes(tmp_path: Path) -> None:
     bad = subprocess.run([*base, f"resume={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r3'}"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("pacml-train: error: field 'resume'")
+
+
+# ------------------------------------------------ registration and fail-fast (issue 14, item 11)
+def _fresh_python(code: str) -> str:
+    """Run ``code`` in a new interpreter (nothing imported yet) and return its stdout."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_gym_make_works_without_importing_pacml_env() -> None:
+    out = _fresh_python(
+        "import sys, gymnasium as gym\n"
+        f"env = gym.make('pacml:' + {pacml.ENV_ID!r}, overrides={SHORT!r})\n"
+        "obs, info = env.reset(seed=3)\n"
+        "print(type(env.unwrapped).__name__, env.unwrapped.action_masks().shape)\n"
+    )
+    assert out.split() == ["ClusterEnv", "(17,)"]
+    # `import pacml` alone registers the id, without the environment module or torch.
+    out = _fresh_python(
+        "import sys, gymnasium as gym, pacml\n"
+        "print(pacml.ENV_ID in gym.registry, 'pacml.env' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    assert out.split() == ["True", "False", "False"]
+
+
+def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
+    """torch + torch_geometric take ~3 s to import: a typo in policy.checkpoint must not wait."""
+    out = _fresh_python(
+        "import sys\n"
+        "from pacml.policy import PacMLPolicy\n"
+        "from simulator.errors import ConfigError\n"
+        "try:\n"
+        "    PacMLPolicy('no_such_checkpoint')\n"
+        "except ConfigError as exc:\n"
+        "    print(exc.field, 'torch' in sys.modules, 'paper_betaC' in str(exc))\n"
+    )
+    assert out.split() == ["policy.checkpoint", "False", "True"]
+
+
+def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
+    """Tiny per-decision tensors: a second intra-op thread only waits (3-4x slower on a busy host)."""
+    cfg = compose_sim_config([*SHORT, "policy=pacml"])
+    assert cfg.policy.num_threads == 1
+    seen: list[int] = []
+    policy = PacMLPolicy("paper_betaC")
+    decide = policy._probabilities
+
+    def spy(job, obs):
+        seen.append(torch.get_num_threads())
+        return decide(job, obs)
+
+    policy._probabilities = spy  # type: ignore[method-assign]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one = build_simulation(cfg, seed=0).run(policy).summary
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        free = PacMLPolicy("paper_betaC", num_threads=None)
+        assert build_simulation(cfg, seed=0).run(free).summary["blocking_rate"] == one["blocking_rate"]
+    finally:
+        torch.set_num_threads(before)
