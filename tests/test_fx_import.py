@@ -306,7 +306,8 @@ def test_attention_cost_rule_by_hand() -> None:
         def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             return self.attn(q, k, v, need_weights=False)[0]
 
-    graph = graph_from_module(Cross(), (query, key, value), name="cross", device_flops=1.0,
+    # 1 GFLOP/s: the time in ns is the FLOP count (1 FLOP/s would exceed the graph's 1e5 s bound).
+    graph = graph_from_module(Cross(), (query, key, value), name="cross", device_flops=1e9,
                               memory_bandwidth_Bps=1e30)
     q_tok, kv_tok = BATCH * SEQ, BATCH * 10
     flops = (2 * q_tok * D_MODEL * D_MODEL + 2 * kv_tok * 32 * D_MODEL + 2 * kv_tok * 48 * D_MODEL
@@ -314,7 +315,7 @@ def test_attention_cost_rule_by_hand() -> None:
              + D_MODEL * (q_tok + 2 * kv_tok) + D_MODEL * q_tok  # biases
              + 2 * 2 * BATCH * SEQ * 10 * D_MODEL  # scores and weighted sum
              + 4 * BATCH * HEADS * SEQ * 10)  # softmax
-    assert _by_id(graph, graph.forward_time_s)["attn"] == pytest.approx(flops)
+    assert _by_id(graph, graph.forward_time_s)["attn"] * 1e9 == pytest.approx(flops)
 
 
 def test_untraceable_torch_module_falls_back_to_one_op(caplog: pytest.LogCaptureFixture) -> None:
