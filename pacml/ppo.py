@@ -58,7 +58,7 @@ CHECKPOINT = "checkpoint.pt"
 PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 """The checkpoint before the latest (kept so a damaged ``checkpoint.pt`` is not the end of a run)."""
 
-#: Seconds kept free for the final checkpoint until the first save has been timed.
+#: Seconds always kept free for the final checkpoint and the summary (twice the last save if longer).
 DEFAULT_SAVE_RESERVE_S = 1.0
 
 #: Cumulative shares of the warm start's time: teacher choice, teacher episodes, imitation, validation.
@@ -277,7 +277,7 @@ class Trainer:
         in the time budget (``inf`` without a budget)."""
         if self.cfg.time_budget_s is None:
             return math.inf
-        reserve_s = max(DEFAULT_SAVE_RESERVE_S / 2, 2 * self.timing.get("save_s", DEFAULT_SAVE_RESERVE_S / 2))
+        reserve_s = max(DEFAULT_SAVE_RESERVE_S, 2 * self.timing.get("save_s", 0.0))
         return self._origin + self.cfg.time_budget_s - reserve_s
 
     @property
