@@ -306,6 +306,27 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
         Trainer(short_config, _tiny_ppo(), tmp_path).resume(tmp_path)
 
 
+@pytest.mark.parametrize(("config_text", "problem"), [
+    (None, "No such file"), ("ppo: [1, 2\n  bad: {\n", "while parsing a flow sequence"),
+    ("[1]\n", "not a pacml-train config"), ("beta: C\n", "not a pacml-train config")])
+def test_resume_with_a_damaged_run_config_is_one_line(tmp_path: Path, config_text: str | None, problem: str) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from pacml.train import train_from_config
+    from simulator.errors import ConfigError
+    from tests.conftest import CONF_DIR
+
+    (tmp_path / "checkpoint.pt").write_bytes(b"not read: the config is checked first")
+    if config_text is not None:
+        (tmp_path / "train_config.yaml").write_text(config_text)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="train", overrides=[f"resume={tmp_path}"])
+    with pytest.raises(ConfigError) as info:
+        train_from_config(cfg, tmp_path / "unused", [])
+    message = str(info.value)
+    assert message.startswith("field 'resume': cannot read ") and problem in message and "\n" not in message
+
+
 SHIPPED = [("paper_betaA", "paper", "A"), ("paper_betaB", "paper", "B"), ("paper_betaC", "paper", "C"),
            ("paper_betaD", "paper", "D"), ("paper_betaA_placement", "paper", "A"),
            ("paper_betaB_placement", "paper", "B"), ("paper_betaC_placement", "paper", "C"),
