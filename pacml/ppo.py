@@ -201,6 +201,9 @@ class Trainer:
         # The budget clock starts here at the latest: building environments is part of the run's time.
         self._session_start = time.perf_counter() if started_at is None else started_at
         self._origin = self._session_start  # perf_counter() value at elapsed time 0 (all sessions)
+        frac = ppo.warmstart_budget_frac
+        if isinstance(frac, bool) or not isinstance(frac, int | float) or not 0 < frac <= 1:
+            raise ConfigError(f"must be a number in (0, 1], got {frac!r}", field="ppo.warmstart_budget_frac")
         self.cfg = ppo
         self.sim_config = sim_config
         self.out = Path(out_dir)

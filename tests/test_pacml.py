@@ -268,6 +268,14 @@ def test_time_budget_covers_the_warm_start_and_leaves_time_for_ppo(
     assert resumed.remaining_work() is not None and "time_budget_s=4" in resumed.remaining_work()
 
 
+@pytest.mark.parametrize("frac", [0, -0.5, 1.5, float("nan"), True, "half"])
+def test_a_bad_warm_start_share_is_refused(short_config, tmp_path: Path, frac) -> None:
+    from simulator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^field 'ppo.warmstart_budget_frac': must be a number in \(0, 1\]"):
+        Trainer(short_config, _tiny_ppo(warmstart_budget_frac=frac), tmp_path)
+
+
 def test_a_budget_too_small_for_any_update_says_so_and_still_checkpoints(
         short_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import logging
