@@ -41,10 +41,8 @@ from analysis.runs import (
     cluster_num_servers,
     config_columns,
     find_run_dirs,
-    load_jobs,
     load_run_config,
-    load_sweep,
-    load_sweep_jobs,
+    load_sweep_with_jobs,
 )
 from analysis.stats import aggregate
 from workloads.io import atomic_write_text
@@ -102,7 +100,9 @@ def build_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Pa
     sweep = Path(sweep_dir)
     if not sweep.is_dir():
         raise ReportError(f"not a directory: {sweep}")
-    runs = load_sweep(sweep)
+    # A run whose summary.json or jobs.csv is damaged is skipped whole (one warning naming the
+    # file), so the tables and the figures describe the same runs.
+    runs, jobs = load_sweep_with_jobs(sweep)
     if runs.empty:
         raise ReportError(f"no finished runs (summary.json) under {sweep}")
     out = Path(out_dir) if out_dir is not None else sweep / "report"
@@ -118,7 +118,7 @@ def build_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Pa
     if not comparison.empty:
         atomic_write_text(tables_dir / "paper_comparison.csv", comparison.to_csv(index=False))
 
-    figures = _write_figures(runs, figures_dir)
+    figures = _write_figures(runs, jobs, figures_dir)
     text = _markdown(sweep, runs, num_skipped, groups, summary, comparison, figures)
     report = atomic_write_text(out / "report.md", text)
     atomic_write_text(out / "report.html", _html(text))
@@ -190,8 +190,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.stdout.write(f"report: {report}\n")
 
 
-def _write_figures(runs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
-    """Every figure the runs support, saved as PNG and SVG; returns them in report order."""
+def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
+    """Every figure the runs (and their jobs, :func:`analysis.runs.load_sweep_jobs`) support, saved
+    as PNG and SVG; returns them in report order."""
     written: list[ReportFigure] = []
 
     def save(fig: Figure, name: str, title: str, caption: str) -> None:
@@ -217,7 +218,7 @@ def _write_figures(runs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
          "per policy with 95% confidence intervals across seeds"
          + ("; white diamonds are the paper's numbers (spec §14.2-14.3)." if reference else "."))
 
-    jobs = load_sweep_jobs(at_load)
+    jobs = all_jobs[all_jobs["run_dir"].isin(at_load["run_dir"])] if not all_jobs.empty else all_jobs
     if jobs.empty:
         return written
     unit = time_unit(at_load)
@@ -233,7 +234,7 @@ def _write_figures(runs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
             log.warning("no utilisation figure for %s: cluster size unknown", run["run_dir"])
             continue
         name = f"{policy_label(run['policy'])}, β {run['beta']}, seed {run['seed']}"
-        save(plot_utilisation_timeline(load_jobs(run["run_dir"]), num_servers, name),
+        save(plot_utilisation_timeline(jobs[jobs["run_dir"] == run["run_dir"]], num_servers, name),
              f"utilisation_{run['policy']}", f"Cluster occupancy: {policy_label(run['policy'])}",
              f"One run ({name}{where}): fraction of the {num_servers} servers held by running "
              "jobs, and the number of jobs running, over simulated time.")

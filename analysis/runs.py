@@ -1,14 +1,19 @@
 """Load what ``pacml-sim`` wrote: one row per run from ``summary.json``, one row per job from ``jobs.csv``.
 
 A run directory is one holding ``summary.json`` or Hydra's ``.hydra/config.yaml``. Only those
-files are read; nothing here imports the simulator.
+files are read; nothing here imports the simulator. Both files are checked as they are read (a
+garbled, truncated or missing one raises :class:`RunFileError` naming the file and line), so a
+sweep loader can skip the run with one warning instead of plotting nonsense or crashing.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,26 @@ log = logging.getLogger(__name__)
 CONFIG_COLUMNS = ("scenario", "cluster", "workload", "arrivals", "beta", "policy", "experiment",
                   "mean_interarrival_s", "horizon_s", "horizon_accounting", "seed")
 """Config columns of :func:`load_sweep`, from ``summary.json`` (its ``config`` block first)."""
+
+JOB_OUTCOMES = ("completed", "blocked", "running", "unresolved")
+"""Values of ``jobs.csv``'s ``outcome`` column."""
+
+JOB_NUMBER_COLUMNS = ("job_id", "arrival_time_s", "beta", "sequential_jct_s", "max_jct_s", "degree",
+                      "num_servers", "jct_s", "start_time_s", "completion_time_s", "speedup",
+                      "demand_bytes", "cluster_bytes", "busy_server_s")
+"""Numeric ``jobs.csv`` columns (empty or ``nan`` means not applicable)."""
+
+JOB_REQUIRED_COLUMNS = ("job_id", "model", "degree", "num_servers", "servers", "outcome", "block_reason",
+                        "jct_s", "start_time_s")
+"""``jobs.csv`` columns the analysis needs."""
+
+_SUMMARY_NUMBER_KEY = re.compile(r"^(num_|mean_)|(_rate|_Bps|_s|_per_s)$")
+"""``summary.json`` keys whose values must be numbers (or null)."""
+
+
+class RunFileError(ValueError):
+    """A run's ``summary.json`` or ``jobs.csv`` is missing, garbled or truncated (the message names
+    the file, and the line where it can)."""
 
 
 def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
@@ -40,14 +65,13 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     run = Path(run_dir)
     path = run / "summary.json"
     try:
-        summary = json.loads(path.read_text())
-        if not isinstance(summary, dict):
-            raise ValueError("not a JSON object")
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        _check_summary(summary)
     except FileNotFoundError:
         log.warning("skipping %s: no summary.json (run unfinished or failed)", run)
         return None
-    except (OSError, ValueError) as exc:
-        log.warning("skipping %s: unreadable summary.json (%s)", run, exc)
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8, JSON or content
+        log.warning("skipping %s: unreadable summary.json (%s)", run, _one_line(exc))
         return None
     config = summary.pop("config", None) or {}
     summary.pop("resolved_config", None)  # the full config, kept for resume checks; not a column
@@ -58,6 +82,33 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     row.update({k: v for k, v in summary.items() if k not in row})
     row.update({f"num_blocked_{reason}": count for reason, count in reasons.items()})
     return row
+
+
+def _check_summary(summary: Any) -> None:
+    """Raise ``ValueError`` unless ``summary`` looks like a ``summary.json`` pacml-sim writes:
+    a JSON object whose counts, rates, times and means are numbers, with object-valued
+    ``config`` / ``blocked_by_reason`` and scalar config columns."""
+    if not isinstance(summary, dict):
+        raise ValueError("not a JSON object")
+    if not isinstance(summary.get("blocking_rate"), int | float) or isinstance(summary["blocking_rate"], bool):
+        raise ValueError("no numeric blocking_rate")
+    for key in ("config", "blocked_by_reason"):
+        if not isinstance(summary.get(key) or {}, dict):
+            raise ValueError(f"{key!r} is not an object")
+    for key, value in [*summary.items(), *(summary.get("blocked_by_reason") or {}).items()]:
+        if (_SUMMARY_NUMBER_KEY.search(key) or key in (summary.get("blocked_by_reason") or {})) and not (
+                value is None or (isinstance(value, int | float) and not isinstance(value, bool))):
+            raise ValueError(f"{key!r} is not a number: {str(value)[:40]!r}")
+    config = summary.get("config") or {}
+    for key in CONFIG_COLUMNS:
+        value = config.get(key, summary.get(key))
+        if not (value is None or isinstance(value, str | int | float)):
+            raise ValueError(f"{key!r} is not a single value: {str(value)[:40]!r}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (for one-line warnings)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def load_sweep(sweep_dir: str | Path) -> pd.DataFrame:
@@ -88,34 +139,110 @@ def config_columns(runs: pd.DataFrame) -> list[str]:
     return [c for c in (*CONFIG_COLUMNS, *extra) if c in runs.columns]
 
 
-def load_jobs(run_dir: str | Path) -> pd.DataFrame:
-    """One run's ``jobs.csv`` (one row per job; empty strings for no block reason or servers)."""
-    jobs = pd.read_csv(Path(run_dir) / "jobs.csv")
-    for column in ("block_reason", "servers"):
-        jobs[column] = jobs[column].fillna("").astype(str)
+def load_jobs(run_dir: str | Path, expected_jobs: int | None = None) -> pd.DataFrame:
+    """One run's ``jobs.csv`` (one row per job; empty strings for no block reason or servers).
+
+    Args:
+        run_dir: The run directory.
+        expected_jobs: If given (``summary.json``'s ``num_jobs_arrived``), the number of rows the
+            file must have (a file cut at a line boundary is otherwise a valid CSV).
+
+    Raises:
+        RunFileError: The file is missing, not UTF-8, truncated (no final newline, a short row,
+            fewer rows than expected), lacks a needed column, or holds a non-number in a numeric
+            column or an unknown outcome; the message names the file and line.
+    """
+    path = Path(run_dir) / "jobs.csv"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise RunFileError(f"{path}: {exc.strerror or _one_line(exc)}") from exc
+    except UnicodeDecodeError as exc:
+        raise RunFileError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    if not text.endswith("\n"):
+        raise RunFileError(f"{path}: truncated (no newline at the end)")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+        rows, lines = [], []
+        for row in reader:
+            if len(row) != len(header):
+                raise RunFileError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}")
+            rows.append(row)
+            lines.append(reader.line_num)
+    except csv.Error as exc:
+        raise RunFileError(f"{path}:{reader.line_num}: {_one_line(exc)}") from exc
+    except StopIteration:
+        raise RunFileError(f"{path}: empty") from None
+    missing = [c for c in JOB_REQUIRED_COLUMNS if c not in header]
+    if missing or len(set(header)) != len(header):
+        raise RunFileError(f"{path}:1: " + (f"missing columns {', '.join(missing)}" if missing
+                                             else "repeated column names"))
+    if expected_jobs is not None and len(rows) != expected_jobs:
+        raise RunFileError(f"{path}: {len(rows)} jobs, but summary.json counts {expected_jobs} arrivals")
+    jobs = pd.DataFrame(rows, columns=header, dtype=object)
+    for column in header:
+        raw = jobs[column].astype(str)
+        if column in JOB_NUMBER_COLUMNS:
+            values = pd.to_numeric(raw.where(raw != "", "nan"), errors="coerce")
+            bad = values.isna() & ~raw.str.lower().isin(("", "nan"))
+            if bad.any():
+                i = int(bad.to_numpy().argmax())
+                raise RunFileError(f"{path}:{lines[i]}: column {column!r}: not a number: {raw.iloc[i][:40]!r}")
+            jobs[column] = values
+        else:
+            jobs[column] = raw
+    unknown = ~jobs["outcome"].isin(JOB_OUTCOMES)
+    if unknown.any():
+        i = int(unknown.to_numpy().argmax())
+        raise RunFileError(f"{path}:{lines[i]}: unknown outcome {jobs['outcome'].iloc[i][:40]!r}")
     return jobs
 
 
 def load_sweep_jobs(runs: pd.DataFrame, columns: tuple[str, ...] = ("policy", "beta", "seed",
                     "mean_interarrival_s")) -> pd.DataFrame:
-    """The jobs of every run in ``runs``, each row tagged with its run's ``columns``.
+    """The jobs of every run in ``runs``, each row tagged with its run's ``columns`` and ``run_dir``.
 
     A job column that a run column would overwrite is renamed ``job_<name>`` (``jobs.csv``'s
     ``beta`` is the job's JCT target fraction, the run's ``beta`` its distribution's name).
-    A run whose ``jobs.csv`` is missing or unreadable is logged as a warning and skipped.
+    A run whose ``jobs.csv`` is missing or unreadable (:func:`load_jobs`) is logged as one
+    warning and skipped.
     """
-    frames = []
+    return _sweep_jobs(runs, columns)[1]
+
+
+def load_sweep_with_jobs(sweep_dir: str | Path, columns: tuple[str, ...] = ("policy", "beta", "seed",
+                         "mean_interarrival_s")) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`load_sweep` and :func:`load_sweep_jobs` together, keeping only runs whose files are
+    both sound: a run with a bad ``summary.json`` or ``jobs.csv`` is skipped with one warning
+    naming the file, so tables and figures describe the same runs.
+
+    Returns:
+        ``(runs, jobs)``.
+    """
+    runs = load_sweep(sweep_dir)
+    good, jobs = _sweep_jobs(runs, columns)
+    return runs[runs["run_dir"].isin(good)].reset_index(drop=True), jobs
+
+
+def _sweep_jobs(runs: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], pd.DataFrame]:
+    """(run directories whose jobs loaded, their tagged jobs); see :func:`load_sweep_jobs`."""
+    frames, good = [], []
     for run in runs.to_dict("records"):
+        expected = run.get("num_jobs_arrived")
+        expected = int(expected) if isinstance(expected, int | float) and math.isfinite(expected) else None
         try:
-            jobs = load_jobs(run["run_dir"])
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("skipping jobs of %s: %s", run["run_dir"], exc)
+            jobs = load_jobs(run["run_dir"], expected)
+        except RunFileError as exc:
+            log.warning("skipping %s: %s", run["run_dir"], exc)
             continue
-        jobs = jobs.rename(columns={c: f"job_{c}" for c in columns if c in jobs.columns})
+        good.append(run["run_dir"])
+        jobs = jobs.rename(columns={c: f"job_{c}" for c in (*columns, "run_dir") if c in jobs.columns})
         for column in columns:
             jobs[column] = run[column]
+        jobs["run_dir"] = run["run_dir"]
         frames.append(jobs)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return good, (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
 
 
 def load_run_config(run_dir: str | Path) -> dict[str, Any]:

@@ -9,7 +9,15 @@ minibatch embeds only the distinct graphs it holds.
 Everything that decides the next update is checkpointed atomically: parameters, optimizer, the
 torch and numpy RNG states, and each environment's episode seed, actions so far and RNG state
 (the simulator is deterministic, so replaying those actions rebuilds the environment exactly).
-Resuming from a checkpoint therefore gives the same next update as not stopping.
+Resuming from a checkpoint therefore gives the same next update as not stopping. Each save keeps
+the one before as ``checkpoint.prev.pt``, so a damaged ``checkpoint.pt`` costs only the updates
+since the previous save (:meth:`Trainer.resume` falls back to it and says so).
+
+The time budget (``time_budget_s``, summed over resumed sessions, counted from the trainer's
+creation) covers every phase: the warm start gets at most ``warmstart_budget_frac`` of it (teacher
+choice, teacher episodes, imitation and its validation each stop at their share, checking the clock
+inside their loops), and PPO starts an update or a validation only if its last measured duration
+still fits before the final checkpoint, which always gets written.
 """
 
 from __future__ import annotations
@@ -19,7 +27,11 @@ import io
 import json
 import logging
 import math
+import os
+import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +48,25 @@ from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
 from simulator.build import build_simulation
+from simulator.errors import ConfigError
 from simulator.policies.heuristics import MinFeasible
 from workloads.io import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+"""The checkpoint before the latest (kept so a damaged ``checkpoint.pt`` is not the end of a run)."""
+
+#: Seconds always kept free for the final checkpoint and the summary (twice the last save if longer).
+DEFAULT_SAVE_RESERVE_S = 1.0
+
+#: Cumulative shares of the warm start's time: teacher choice, teacher episodes, imitation, validation.
+WARMSTART_PHASE_ENDS = (("teacher", 0.25), ("collect", 0.55), ("fit", 0.8), ("validate", 1.0))
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, unreadable or does not fit this run."""
 
 
 @dataclass
@@ -51,7 +76,8 @@ class PPOConfig:
     total_steps: int = 500_000
     """Decisions (environment steps, summed over environments) to train for."""
     time_budget_s: float | None = 3600.0
-    """Stop after this much wall time (summed over resumed sessions); ``None``: no limit."""
+    """Wall time for everything, warm start and final checkpoint included (summed over resumed
+    sessions, counted from the trainer's creation); ``None``: no limit."""
     num_envs: int = 4
     """Environments stepped in lock-step."""
     num_steps: int = 256
@@ -101,6 +127,8 @@ class PPOConfig:
     """Supervised passes over the teacher data."""
     warmstart_lr: float = 1e-3
     """Adam learning rate of the imitation phase (PPO then uses ``learning_rate``)."""
+    warmstart_budget_frac: float = 0.5
+    """Largest share of the remaining time budget the warm start may use (the rest is PPO's)."""
     checkpoint_every: int = 5
     """Updates between checkpoints."""
     eval_every: int = 5
@@ -121,6 +149,12 @@ class PPOConfig:
     def minibatch_size(self) -> int:
         """Decisions per minibatch."""
         return self.batch_size // self.num_minibatches
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception, for one-line reports."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
@@ -158,10 +192,18 @@ class Trainer:
         ppo: Hyper-parameters.
         out_dir: Where checkpoints, logs and policies go.
         reward: Reward function (default: +1 accepted / -1 blocked).
+        started_at: ``perf_counter()`` value at which this session's time budget started (e.g.
+            the process start, for a console command); default: now.
     """
 
     def __init__(self, sim_config: DictConfig, ppo: PPOConfig, out_dir: str | Path,
-                 reward: Any = None) -> None:
+                 reward: Any = None, started_at: float | None = None) -> None:
+        # The budget clock starts here at the latest: building environments is part of the run's time.
+        self._session_start = time.perf_counter() if started_at is None else started_at
+        self._origin = self._session_start  # perf_counter() value at elapsed time 0 (all sessions)
+        frac = ppo.warmstart_budget_frac
+        if isinstance(frac, bool) or not isinstance(frac, int | float) or not 0 < frac <= 1:
+            raise ConfigError(f"must be a number in (0, 1], got {frac!r}", field="ppo.warmstart_budget_frac")
         self.cfg = ppo
         self.sim_config = sim_config
         self.out = Path(out_dir)
@@ -192,6 +234,11 @@ class Trainer:
         self.warmstarted = False
         self.teacher_min_degree: int | None = None  # the warm-start rule's k (planners reuse it)
         self.history: list[dict[str, float]] = []
+        self.phase_s: dict[str, float] = {}  # wall time per phase, summed over sessions
+        self.timing: dict[str, float] = {}  # last measured update_s, eval_s, save_s (budget planning)
+        self._checkpoint_good = False  # out/checkpoint.pt is one this run wrote or read successfully
+        self._setup_counted = False
+        self._saved_update: int | None = None  # update of the last checkpoint written this session
         self._writer: SummaryWriter | None = None
         self.episodes: list[dict[str, float]] = []
         for i, env in enumerate(self.envs):
@@ -215,6 +262,27 @@ class Trainer:
             return self.cfg.learning_rate
         return self.cfg.learning_rate * max(0.0, 1.0 - self.global_step / self.cfg.total_steps)
 
+    def elapsed(self) -> float:
+        """Wall time of the run so far (every session, from each trainer's creation)."""
+        return time.perf_counter() - self._origin
+
+    @contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` body to phase ``name``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phase_s[name] = self.phase_s.get(name, 0.0) + time.perf_counter() - t0
+
+    def _final_deadline(self) -> float:
+        """The ``perf_counter()`` value by which work must stop so the final checkpoint still fits
+        in the time budget (``inf`` without a budget)."""
+        if self.cfg.time_budget_s is None:
+            return math.inf
+        reserve_s = max(DEFAULT_SAVE_RESERVE_S, 2 * self.timing.get("save_s", 0.0))
+        return self._origin + self.cfg.time_budget_s - reserve_s
+
     @property
     def writer(self) -> SummaryWriter:
         """TensorBoard writer (created lazily, in ``out/tb``)."""
@@ -223,9 +291,15 @@ class Trainer:
         return self._writer
 
     # ------------------------------------------------------------------ one update
-    def collect(self) -> dict[str, torch.Tensor]:
-        """Roll out ``num_steps`` decisions in every environment."""
+    def collect(self, deadline: float = math.inf) -> dict[str, torch.Tensor] | None:
+        """Roll out ``num_steps`` decisions in every environment.
+
+        Returns ``None`` (and leaves ``global_step`` as it was) if ``deadline`` (a
+        ``perf_counter()`` value) passes first: the environments then stand where the rollout
+        stopped, which a checkpoint records exactly.
+        """
         T, N, A = self.cfg.num_steps, self.cfg.num_envs, self.num_actions
+        step0 = self.global_step
         feat_g = self.envs[0].raw_observation["globals"].shape[0]
         feat_a = self.envs[0].raw_observation["actions"].shape[1]
         buf = {
@@ -237,6 +311,9 @@ class Trainer:
         ids = [self._graph_id(env) for env in self.envs]
         emb = self._embed_all()
         for t in range(T):
+            if time.perf_counter() > deadline:
+                self.global_step = step0
+                return None
             raws = [env.raw_observation for env in self.envs]
             buf["graph"][t] = torch.tensor(ids)
             buf["globals"][t] = torch.from_numpy(np.stack([r["globals"] for r in raws]))
@@ -272,18 +349,25 @@ class Trainer:
                                                       self.cfg.gamma, self.cfg.gae_lambda)
         return buf
 
-    def learn(self, buf: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Clipped-surrogate PPO epochs over one rollout; returns loss statistics."""
+    def learn(self, buf: dict[str, torch.Tensor], deadline: float = math.inf) -> dict[str, float]:
+        """Clipped-surrogate PPO epochs over one rollout; returns loss statistics.
+
+        Past ``deadline`` (a ``perf_counter()`` value) the remaining minibatches are skipped, as
+        ``target_kl`` skips epochs (at least one minibatch always runs)."""
         cfg = self.cfg
         flat = {k: v.reshape(cfg.batch_size, *v.shape[2:]) for k, v in buf.items()}
         for group in self.optimizer.param_groups:
             group["lr"] = self._lr()
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
                                                           "clipfrac")}
+        out_of_time = False
         for _ in range(cfg.update_epochs):
             order = torch.from_numpy(self.rng.permutation(cfg.batch_size))
             kl_epoch = []
             for start in range(0, cfg.batch_size, cfg.minibatch_size):
+                if stats["policy_loss"] and time.perf_counter() > deadline:
+                    out_of_time = True
+                    break
                 mb = order[start:start + cfg.minibatch_size]
                 uniq, inverse = torch.unique(flat["graph"][mb], return_inverse=True)
                 emb = self.model.embed([self.graph_list[i] for i in uniq.tolist()])[inverse]
@@ -317,7 +401,7 @@ class Trainer:
                              ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
                     stats[k].append(float(v.detach()))
                 kl_epoch.append(float(approx_kl))
-            if cfg.target_kl is not None and np.mean(kl_epoch) > cfg.target_kl:
+            if out_of_time or (cfg.target_kl is not None and np.mean(kl_epoch) > cfg.target_kl):
                 break
         y, v = flat["return"], flat["value"]
         var = float(y.var())
@@ -327,29 +411,66 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, seeds: list[int], policy: Any = None) -> dict[str, float]:
+    def evaluate(self, seeds: list[int], policy: Any = None,
+                 deadline: float = math.inf) -> dict[str, float] | None:
         """Blocking rate of a policy (default: this greedy agent) on fixed simulation seeds,
-        through the simulator's policy interface."""
+        through the simulator's policy interface.
+
+        Returns ``None`` if ``deadline`` (a ``perf_counter()`` value) passes before every seed's
+        episode is done (a partial average would not compare with other validations).
+        """
         if policy is None:
             policy = PacMLPolicy(model=self.model, encoder=self.envs[0].encoder)
         env = self.envs[0]
         rates, thr = [], []
         self.model.eval()
-        for seed in seeds:
-            sim = build_simulation(self.sim_config, seed=seed, feasibility=env.feasibility, workload=env.workload)
-            s = sim.run(policy).summary
-            rates.append(s["blocking_rate"])
-            thr.append(s["demand_throughput_Bps"])
-        self.model.train()
+        try:
+            for seed in seeds:
+                sim = build_simulation(self.sim_config, seed=seed, feasibility=env.feasibility,
+                                       workload=env.workload)
+                bind = getattr(policy, "bind", None)
+                if callable(bind):
+                    bind(sim.workload)
+                policy.reset(seed)
+                while (job := sim.next_job()) is not None:
+                    if time.perf_counter() > deadline:
+                        return None
+                    sim.apply(policy.decide(job, sim.state()))
+                s = sim.finalize().summary
+                rates.append(s["blocking_rate"])
+                thr.append(s["demand_throughput_Bps"])
+        finally:
+            self.model.train()
         return {"blocking_rate": float(np.mean(rates)), "throughput": float(np.mean(thr))}
 
     # ------------------------------------------------------------------ warm start
-    def choose_teacher(self) -> tuple[MinFeasible, dict[int, float]]:
-        """The ``min_feasible`` variant with the lowest validation blocking rate."""
-        scores = {k: self.evaluate(self.cfg.eval_seeds, MinFeasible(k))["blocking_rate"]
-                  for k in self.cfg.warmstart_candidates}
+    def choose_teacher(self, deadline: float = math.inf,
+                       hard_deadline: float | None = None) -> tuple[MinFeasible | None, dict[int, float]]:
+        """The ``min_feasible`` variant with the lowest validation blocking rate.
+
+        Candidates are compared in order while the next one (timed like the last) fits before
+        ``deadline``; the first may run until ``hard_deadline`` (default ``deadline``). Returns
+        ``(None, {})`` if not even the first candidate's validation fitted.
+        """
+        hard = deadline if hard_deadline is None else hard_deadline
+        scores: dict[int, float] = {}
+        last_s = 0.0
+        for k in self.cfg.warmstart_candidates:
+            t0 = time.perf_counter()
+            if scores and t0 + last_s > deadline:
+                break
+            result = self.evaluate(self.cfg.eval_seeds, MinFeasible(k), deadline=deadline if scores else hard)
+            if result is None:
+                break
+            scores[k] = result["blocking_rate"]
+            last_s = time.perf_counter() - t0
+        if not scores:
+            return None, scores
         best = min(scores, key=lambda k: (scores[k], k))
-        log.info("warm-start teacher candidates (validation blocking): %s -> min_degree=%d", scores, best)
+        cut = len(scores) < len(self.cfg.warmstart_candidates)
+        log.info("warm-start teacher candidates (validation blocking): %s -> min_degree=%d%s", scores, best,
+                 f" (time budget: {len(scores)} of {len(self.cfg.warmstart_candidates)} candidates compared)"
+                 if cut else "")
         return MinFeasible(best), scores
 
     @staticmethod
@@ -363,15 +484,27 @@ class Trainer:
                 return i
         return 0
 
-    def warm_start(self, teacher: Any) -> dict[str, float]:
+    def warm_start(self, teacher: Any, collect_deadline: float = math.inf,
+                   fit_deadline: float = math.inf) -> dict[str, float] | None:
         """Imitate ``teacher`` (cross-entropy on its actions) and fit the critic to the discounted
-        returns of its episodes, before PPO takes over."""
+        returns of its episodes, before PPO takes over.
+
+        Teacher episodes stop at ``collect_deadline`` (only whole episodes are kept: value targets
+        need them) and imitation epochs at ``fit_deadline`` (``perf_counter()`` values). Returns
+        ``None`` if no whole teacher episode fitted.
+        """
         cfg = self.cfg
         rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int, float]] = []
+        out_of_time = False
         for env in self.envs:
+            if out_of_time:
+                break
             episode: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int, float]] = []
             done_episodes = 0
             while done_episodes < cfg.warmstart_episodes:
+                if time.perf_counter() > collect_deadline:
+                    out_of_time = True
+                    break
                 raw = env.raw_observation
                 action = self._teacher_action(raw, teacher.decide(env.current_job, env.current_state()).degree)
                 gid = self._graph_id(env)
@@ -385,6 +518,8 @@ class Trainer:
                     episode = []
                     done_episodes += 1
                     env.reset()
+        if not rows:
+            return None
         data = {
             "graph": torch.tensor([r[0] for r in rows]), "globals": torch.from_numpy(np.stack([r[1] for r in rows])),
             "actions": torch.from_numpy(np.stack([r[2] for r in rows])),
@@ -396,9 +531,15 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.warmstart_lr
         losses: list[tuple[float, float, float]] = []
+        epochs = 0
         for _ in range(cfg.warmstart_epochs):
+            if losses and time.perf_counter() > fit_deadline:
+                break
+            epochs += 1
             order = torch.from_numpy(self.rng.permutation(n))
             for start in range(0, n, batch):
+                if losses and time.perf_counter() > fit_deadline:
+                    break
                 mb = order[start:start + batch]
                 uniq, inverse = torch.unique(data["graph"][mb], return_inverse=True)
                 emb = self.model.embed([self.graph_list[i] for i in uniq.tolist()])[inverse]
@@ -413,8 +554,12 @@ class Trainer:
                 with torch.no_grad():
                     acc = float((logits.argmax(1) == data["action"][mb]).float().mean())
                 losses.append((float(ce.detach()), float(vloss.detach()), acc))
-        last = losses[-max(1, len(losses) // cfg.warmstart_epochs):]
-        return {"warmstart/decisions": float(n), "warmstart/cross_entropy": float(np.mean([x[0] for x in last])),
+        last = losses[-max(1, len(losses) // epochs):]
+        if out_of_time or epochs < cfg.warmstart_epochs:
+            log.info("warm start cut by the time budget: %d decisions, %d of %d imitation epochs",
+                     n, epochs, cfg.warmstart_epochs)
+        return {"warmstart/decisions": float(n), "warmstart/epochs": float(epochs),
+                "warmstart/cross_entropy": float(np.mean([x[0] for x in last])),
                 "warmstart/value_loss": float(np.mean([x[1] for x in last])),
                 "warmstart/accuracy": float(np.mean([x[2] for x in last]))}
 
@@ -423,6 +568,7 @@ class Trainer:
         """Everything needed to continue exactly where this trainer is."""
         return {"format": "pacml-train", "version": 1, "update": self.update, "global_step": self.global_step,
                 "elapsed_s": self.elapsed_s, "best_val": self.best_val, "history": self.history,
+                "phase_s": self.phase_s, "timing": self.timing,
                 "warmstarted": self.warmstarted, "teacher_min_degree": self.teacher_min_degree,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "torch_rng": torch.get_rng_state(), "np_rng": self.rng.bit_generator.state,
@@ -430,32 +576,106 @@ class Trainer:
                 "ppo": asdict(self.cfg), "sim_config": OmegaConf.to_container(self.sim_config, resolve=True)}
 
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoint.pt`` atomically (and the latest policy as ``policy_last.pt``)."""
+        """Write ``checkpoint.pt`` atomically (and the latest policy as ``policy_last.pt``).
+
+        A ``checkpoint.pt`` this run wrote or read successfully is kept as ``checkpoint.prev.pt``
+        first (hard-linked, then renamed, so some ``checkpoint.pt`` exists at every instant).
+        """
+        t0 = time.perf_counter()
+        self.elapsed_s = self.elapsed()
         buf = io.BytesIO()
         torch.save(self.state_dict(), buf)
-        path = atomic_write(self.out / CHECKPOINT, lambda fh: fh.write(buf.getvalue()))
+        path = self.out / CHECKPOINT
+        if self._checkpoint_good and path.is_file():
+            tmp = self.out / f".{PREVIOUS_CHECKPOINT}.tmp"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(path, tmp)
+            except OSError:  # no hard links on this file system
+                shutil.copyfile(path, tmp)
+            os.replace(tmp, self.out / PREVIOUS_CHECKPOINT)
+        atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+        self._checkpoint_good = True
+        self._saved_update = self.update
         save_policy(self.out / "policy_last.pt", self.model, self.envs[0].encoder, self._meta())
+        self.timing["save_s"] = time.perf_counter() - t0
         return path
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore a :meth:`state_dict` written by :meth:`save_checkpoint`."""
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        """Restore a :meth:`state_dict` written by :meth:`save_checkpoint`.
+
+        Raises:
+            CheckpointError: The file is missing, truncated or garbled, or was written by a run
+                with another model or workload.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise CheckpointError(f"{path}: no such file")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # torch/pickle/zip raise many types for a damaged file
+            raise CheckpointError(f"{path}: unreadable ({_first_line(exc)})") from exc
+        missing = [k for k in ("update", "global_step", "elapsed_s", "best_val", "history", "model", "optimizer",
+                               "torch_rng", "np_rng", "envs", "graph_keys")
+                   if not isinstance(state, dict) or k not in state]
+        if not isinstance(state, dict) or state.get("format") != "pacml-train" or missing:
+            raise CheckpointError(f"{path}: not a pacml-train checkpoint"
+                                  + (f" (missing {', '.join(missing)})" if missing else ""))
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            for env, snap in zip(self.envs, state["envs"], strict=True):
+                env.restore(snap)
+            # Graph ids must map to the same graphs as before (rollout buffers refer to them).
+            graph_ids, graph_list = {}, []
+            by_key = {g.fingerprint: g for g in self.envs[0].workload.training_graphs}
+            for key in state["graph_keys"]:
+                graph_ids[key] = len(graph_list)
+                graph_list.append(graph_data(self.envs[0].encoder.graph(by_key[key])))
+            torch.set_rng_state(state["torch_rng"])
+            self.rng.bit_generator.state = state["np_rng"]
+        except Exception as exc:  # shape, key and replay errors all mean "not this run's state"
+            raise CheckpointError(f"{path}: does not fit this run ({_first_line(exc)})") from exc
+        self.graph_ids, self.graph_list = graph_ids, graph_list
         self.update, self.global_step = state["update"], state["global_step"]
         self.elapsed_s, self.best_val, self.history = state["elapsed_s"], state["best_val"], state["history"]
+        self.phase_s = dict(state.get("phase_s", {}))
+        self.timing = dict(state.get("timing", {}))
         self.warmstarted = state.get("warmstarted", False)
         self.teacher_min_degree = state.get("teacher_min_degree")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        for env, snap in zip(self.envs, state["envs"], strict=True):
-            env.restore(snap)
-        # Graph ids must map to the same graphs as before (rollout buffers refer to them).
-        self.graph_ids, self.graph_list = {}, []
-        by_key = {g.fingerprint: g for g in self.envs[0].workload.training_graphs}
-        for key in state["graph_keys"]:
-            self.graph_ids[key] = len(self.graph_list)
-            self.graph_list.append(graph_data(self.envs[0].encoder.graph(by_key[key])))
-        torch.set_rng_state(state["torch_rng"])
-        self.rng.bit_generator.state = state["np_rng"]
+        # This session's time counts on top of the earlier sessions'.
+        self._origin = self._session_start - self.elapsed_s
+        self._checkpoint_good = path.resolve() == (self.out / CHECKPOINT).resolve()
+
+    def resume(self, target: str | Path) -> Path:
+        """Restore from a run directory's ``checkpoint.pt`` (or a checkpoint file), falling back to
+        ``checkpoint.prev.pt`` beside it if that one is damaged; says which in one log line.
+
+        Returns:
+            The checkpoint file used.
+
+        Raises:
+            ConfigError: (field ``resume``) neither file is usable.
+        """
+        target = Path(target)
+        first = target / CHECKPOINT if target.is_dir() else target
+        candidates = [first]
+        if first.name != PREVIOUS_CHECKPOINT:
+            candidates.append(first.parent / PREVIOUS_CHECKPOINT)
+        problems: list[str] = []
+        for path in candidates:
+            if not path.is_file() and path != first:
+                continue
+            try:
+                self.load_checkpoint(path)
+            except CheckpointError as exc:
+                problems.append(str(exc))
+                continue
+            if problems:
+                log.warning("resuming from the previous good checkpoint %s (update %d, step %d): %s",
+                            path, self.update, self.global_step, "; ".join(problems))
+            return path
+        raise ConfigError(f"no usable checkpoint: {'; '.join(problems)}", field="resume")
 
     def _meta(self) -> dict[str, Any]:
         return {"update": self.update, "global_step": self.global_step, "best_val_blocking_rate": self.best_val,
@@ -474,36 +694,95 @@ class Trainer:
         atomic_write_text(self.out / "metrics.csv", out.getvalue())
 
     # ------------------------------------------------------------------ the loop
-    def train(self, progress: bool = True) -> dict[str, Any]:
-        """Train until ``total_steps`` or the time budget; returns the final metrics."""
+    def remaining_work(self) -> str | None:
+        """Why this run has nothing left to do (``total_steps`` reached, or no update fits in the
+        time budget), or ``None`` if it can train further."""
         cfg = self.cfg
-        start = time.perf_counter() - self.elapsed_s
-        if cfg.warmstart and self.update == 0 and not self.warmstarted:
-            teacher, scores = self.choose_teacher()
-            stats = self.warm_start(teacher)
-            self.warmstarted = True
-            self.teacher_min_degree = teacher.min_degree
-            val = self.evaluate(cfg.eval_seeds)
+        if self.global_step >= cfg.total_steps:
+            return f"run already reached total_steps={cfg.total_steps} (step {self.global_step})"
+        if cfg.time_budget_s is not None:
+            left_s = self._final_deadline() - time.perf_counter()
+            need_s = self.timing.get("update_s", 0.0)
+            if left_s <= need_s:
+                return (f"run already used {self.elapsed_s:.0f} s of time_budget_s={cfg.time_budget_s:g} "
+                        f"(step {self.global_step}; an update takes ~{need_s:.1f} s)")
+        return None
+
+    def _warm_start_phase(self, deadline: float) -> None:
+        """Teacher choice, imitation and its validation, within ``warmstart_budget_frac`` of the
+        time left before ``deadline`` (each sub-phase stops at its cumulative share)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        share_s = cfg.warmstart_budget_frac * (deadline - t0)
+        ends = {name: t0 + frac * share_s for name, frac in WARMSTART_PHASE_ENDS}
+        with self._phase("warmstart_teacher"):
+            teacher, scores = self.choose_teacher(ends["teacher"], hard_deadline=ends["validate"])
+        stats = None
+        if teacher is not None:
+            with self._phase("warmstart_imitation"):
+                stats = self.warm_start(teacher, ends["collect"], ends["fit"])
+        if teacher is None or stats is None:
+            log.info("warm start skipped: not even one %s fitted in its %.1f s share of the time budget",
+                     "teacher validation" if teacher is None else "teacher episode", share_s)
+            return
+        self.warmstarted = True
+        self.teacher_min_degree = teacher.min_degree
+        row = {"update": 0, "global_step": 0, **stats,
+               "warmstart/teacher_min_degree": float(teacher.min_degree),
+               "warmstart/teacher_val_blocking_rate": scores[teacher.min_degree]}
+        t_eval = time.perf_counter()
+        with self._phase("validation"):
+            val = self.evaluate(cfg.eval_seeds, deadline=ends["validate"])
+        if val is None:
+            log.info("warm start: no time left in its share to validate it")
+        else:
+            self.timing["eval_s"] = time.perf_counter() - t_eval
             self.best_val = val["blocking_rate"]
-            save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())
-            self.elapsed_s = time.perf_counter() - start
-            self._log({"update": 0, "global_step": 0, "wall_s": self.elapsed_s, **stats,
-                       "warmstart/teacher_min_degree": float(teacher.min_degree),
-                       "warmstart/teacher_val_blocking_rate": scores[teacher.min_degree],
-                       "eval/blocking_rate": val["blocking_rate"], "eval/throughput_Bps": val["throughput"]})
-            log.info("warm start: %s; greedy validation blocking %.4f", stats, val["blocking_rate"])
+            row.update({"eval/blocking_rate": val["blocking_rate"], "eval/throughput_Bps": val["throughput"]})
+        save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())
+        self.elapsed_s = self.elapsed()
+        self._log({**row, "wall_s": self.elapsed_s})
+        log.info("warm start: %s; greedy validation blocking %s", stats,
+                 "skipped" if val is None else f"{val['blocking_rate']:.4f}")
+
+    def train(self, progress: bool = True) -> dict[str, Any]:
+        """Train until ``total_steps`` or the time budget; returns the final metrics.
+
+        Every phase counts against ``time_budget_s`` (see the module docstring); the run always
+        ends with a checkpoint, whose writing the budget reserves time for.
+        """
+        cfg = self.cfg
+        if not self._setup_counted:  # environments built (and a checkpoint replayed) this session
+            self._setup_counted = True
+            self.phase_s["setup"] = self.phase_s.get("setup", 0.0) + time.perf_counter() - self._session_start
+        deadline = self._final_deadline()
+        if cfg.warmstart and self.update == 0 and not self.warmstarted:
+            self._warm_start_phase(deadline)
         bar = tqdm(total=cfg.total_steps, initial=self.global_step, disable=not progress, unit="step",
                    desc="pacml-train", mininterval=1.0)
+        stopped_by = "total_steps"
         while self.global_step < cfg.total_steps:
-            if cfg.time_budget_s is not None and time.perf_counter() - start >= cfg.time_budget_s:
-                log.info("time budget of %.0f s reached at step %d", cfg.time_budget_s, self.global_step)
+            deadline = self._final_deadline()
+            left_s, need_s = deadline - time.perf_counter(), self.timing.get("update_s", 0.0)
+            if left_s <= need_s:
+                stopped_by = "time_budget"
+                log.info("time budget of %g s: stopping at step %d (%.1f s left, an update takes ~%.1f s)",
+                         cfg.time_budget_s, self.global_step, max(left_s, 0.0), need_s)
                 break
             t0, step0 = time.perf_counter(), self.global_step
             self.episodes = []
-            buf = self.collect()
-            stats = self.learn(buf)
+            with self._phase("ppo_rollout"):
+                buf = self.collect(deadline)
+            if buf is None:
+                stopped_by = "time_budget"
+                log.info("time budget of %g s: a rollout of %d steps did not fit in the %.1f s left; "
+                         "stopping at step %d", cfg.time_budget_s, cfg.batch_size, left_s, self.global_step)
+                break
+            with self._phase("ppo_update"):
+                stats = self.learn(buf, deadline)
             self.update += 1
-            self.elapsed_s = time.perf_counter() - start
+            self.timing["update_s"] = time.perf_counter() - t0
+            self.elapsed_s = self.elapsed()
             row = {"update": self.update, "global_step": self.global_step, "wall_s": self.elapsed_s,
                    "charts/SPS": (self.global_step - step0) / (time.perf_counter() - t0),
                    **{f"losses/{k}": v for k, v in stats.items() if k != "learning_rate"},
@@ -513,25 +792,49 @@ class Trainer:
                 row["charts/episodic_return"] = float(np.mean([e["return"] for e in self.episodes]))
                 row["charts/blocking_rate"] = float(np.mean([e["blocking_rate"] for e in self.episodes]))
             if self.update % cfg.eval_every == 0:
-                val = self.evaluate(cfg.eval_seeds)
-                row["eval/blocking_rate"] = val["blocking_rate"]
-                row["eval/throughput_Bps"] = val["throughput"]
-                if val["blocking_rate"] < self.best_val:
-                    self.best_val = val["blocking_rate"]
-                    save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())
+                self._validate(row, self._final_deadline())
             self._log(row)
             if self.update % cfg.checkpoint_every == 0:
-                self.save_checkpoint()
+                with self._phase("checkpoints"):
+                    self.save_checkpoint()
             bar.update(self.global_step - bar.n)
             bar.set_postfix(block=f"{row.get('charts/blocking_rate', float('nan')):.3f}",
                             val=f"{self.best_val:.3f}", sps=f"{row['charts/SPS']:.0f}")
         bar.close()
-        self.save_checkpoint()
-        if not (self.out / "policy.pt").exists():
-            save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())
+        with self._phase("checkpoints"):
+            if self._saved_update != self.update:  # else the last one is current, and kept as prev
+                self.save_checkpoint()
+            if not (self.out / "policy.pt").exists():
+                save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())
         if self._writer is not None:
             self._writer.close()
+        self.elapsed_s = self.elapsed()
+        phases = {k: round(v, 3) for k, v in self.phase_s.items()}
         summary = {"updates": self.update, "global_step": self.global_step, "wall_s": self.elapsed_s,
-                   "best_val_blocking_rate": self.best_val}
+                   "best_val_blocking_rate": self.best_val, "time_budget_s": cfg.time_budget_s,
+                   "stopped_by": stopped_by, "warmstarted": self.warmstarted, "phases_s": phases}
         atomic_write_text(self.out / "train_summary.json", json.dumps(summary, indent=2) + "\n")
+        log.info("stopped by %s after %.1f s (budget %s); phases (s): %s", stopped_by, self.elapsed_s,
+                 "none" if cfg.time_budget_s is None else f"{cfg.time_budget_s:g} s",
+                 ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
         return summary
+
+    def _validate(self, row: dict[str, float], deadline: float) -> None:
+        """Run the scheduled validation into ``row`` if it fits before ``deadline``; keep the best
+        policy as ``policy.pt``."""
+        need_s = self.timing.get("eval_s", 0.0)
+        if time.perf_counter() + need_s > deadline:
+            log.info("time budget: skipping the validation at update %d (takes ~%.1f s)", self.update, need_s)
+            return
+        t0 = time.perf_counter()
+        with self._phase("validation"):
+            val = self.evaluate(self.cfg.eval_seeds, deadline=deadline)
+        if val is None:
+            log.info("time budget: the validation at update %d did not finish; skipped", self.update)
+            return
+        self.timing["eval_s"] = time.perf_counter() - t0
+        row["eval/blocking_rate"] = val["blocking_rate"]
+        row["eval/throughput_Bps"] = val["throughput"]
+        if val["blocking_rate"] < self.best_val:
+            self.best_val = val["blocking_rate"]
+            save_policy(self.out / "policy.pt", self.model, self.envs[0].encoder, self._meta())

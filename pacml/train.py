@@ -5,26 +5,33 @@ Examples::
     pacml-train beta=C                                 # paper scenario, beta C, 1 h budget
     pacml-train beta=D ppo.total_steps=20000 ppo.time_budget_s=300
     pacml-train resume=outputs/train/<run>             # continue exactly where it stopped
+    pacml-train resume=outputs/train/<run> ppo.time_budget_s=5400   # extend a finished run
 
-The run directory (Hydra's) receives ``checkpoint.pt`` (everything needed to resume),
-``policy.pt`` (best by validation blocking rate), ``policy_last.pt``, ``metrics.csv``,
-TensorBoard logs in ``tb/``, ``train_summary.json`` and the composed config.
+The run directory (Hydra's) receives ``checkpoint.pt`` (everything needed to resume; the one
+before is kept as ``checkpoint.prev.pt``), ``policy.pt`` (best by validation blocking rate),
+``policy_last.pt``, ``metrics.csv``, TensorBoard logs in ``tb/``, ``train_summary.json`` and the
+composed config. A resumed session writes into the run's own directory (its Hydra record goes to
+``.hydra/resume-<time>/``), so resuming creates no new output folder.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pacml.ppo import CHECKPOINT, PPOConfig, Trainer
+from pacml.ppo import CHECKPOINT, PREVIOUS_CHECKPOINT, PPOConfig, Trainer
 from simulator.build import instantiate_checked
 from simulator.cli import check_group_choices, report_user_errors
 from simulator.errors import ConfigError
+from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 PROG = "pacml-train"
@@ -44,7 +51,47 @@ def _ppo_config(node: DictConfig) -> PPOConfig:
 RESUME_OVERRIDABLE = ("ppo.total_steps", "ppo.time_budget_s", "progress")
 
 
-def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> dict:
+def resume_run_dir(resume: str | None, default: str) -> str:
+    """``hydra.run.dir`` of ``conf/train.yaml``: the resumed run's own directory, if ``resume``
+    names a run directory or a checkpoint file in one, else ``default`` (a new run's folder).
+
+    Resuming into the run itself means no stray output folder named after the default config.
+    """
+    if resume:
+        path = Path(str(resume))
+        run = path if path.is_dir() else path.parent
+        if (run / CHECKPOINT).is_file() or (run / PREVIOUS_CHECKPOINT).is_file() or path.is_file():
+            return str(run)
+    return default
+
+
+def resume_output_subdir(resume: str | None, stamp: str) -> str:
+    """``hydra.output_subdir``: ``.hydra`` for a new run; ``.hydra/resume-<stamp>`` when resuming,
+    so the run's original ``.hydra/config.yaml`` is kept beside each resume's record."""
+    return f".hydra/resume-{stamp}" if resume else ".hydra"
+
+
+OmegaConf.register_new_resolver("pacml_resume_run_dir", resume_run_dir, replace=True)
+OmegaConf.register_new_resolver("pacml_resume_output_subdir", resume_output_subdir, replace=True)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (from Linux's ``/proc``; 0 where that is unavailable).
+
+    The console command's time budget starts with the process: imports and config composition
+    take seconds that ``ppo.time_budget_s`` must cover too.
+    """
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None,
+                      started_at: float | None = None) -> dict:
     """Build a trainer from ``cfg`` (or resume one) and train it.
 
     Args:
@@ -52,29 +99,52 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
         out_dir: Run directory for a new run (a resumed run keeps its own).
         overrides: The command-line overrides; when resuming, those of
             :data:`RESUME_OVERRIDABLE` (e.g. a larger ``ppo.total_steps``) apply to the saved config.
+        started_at: ``perf_counter()`` value the session's time budget counts from (default: when
+            the trainer is created).
     """
     resume = cfg.get("resume")
+    changed: list[str] = []
     if resume:
         run = Path(resume)
         ckpt = run / CHECKPOINT if run.is_dir() else run
-        if not ckpt.is_file():
+        if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
             raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
-        saved = OmegaConf.load(ckpt.parent / "train_config.yaml")
+        saved_path = ckpt.parent / "train_config.yaml"
+        try:
+            saved = OmegaConf.load(saved_path)
+            if not isinstance(saved, DictConfig) or not isinstance(saved.get("ppo"), DictConfig):
+                raise ValueError("not a pacml-train config (no ppo section)")
+        except (OSError, ValueError, yaml.YAMLError) as exc:  # OmegaConf errors are ValueErrors
+            problem = " ".join(str(exc).split())  # yaml messages span lines; ours is one
+            raise ConfigError(f"cannot read {saved_path}: {problem}", field="resume") from exc
         for item in overrides or []:
             key = item.split("=", 1)[0].lstrip("+")
-            if key in RESUME_OVERRIDABLE:
+            if key in RESUME_OVERRIDABLE and OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):
                 OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+                changed.append(f"{key}={OmegaConf.select(cfg, key)}")
         out_dir = ckpt.parent
         cfg = saved
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("ppo", "reward", "resume", "hydra")])
     ppo = _ppo_config(cfg.ppo)
     reward = instantiate_checked(cfg.reward, "reward") if cfg.get("reward") else None
-    trainer = Trainer(sim_cfg, ppo, out_dir, reward=reward)
+    trainer = Trainer(sim_cfg, ppo, out_dir, reward=reward, started_at=started_at)
     if resume:
-        trainer.load_checkpoint(ckpt)
-        log.info("resumed %s at update %d (step %d)", ckpt, trainer.update, trainer.global_step)
+        used = trainer.resume(ckpt)
+        done = trainer.remaining_work()
+        if done is not None:
+            log.info("nothing to do: %s; pass ppo.total_steps=N or ppo.time_budget_s=S (the total over "
+                     "sessions) to extend", done)
+            return {"updates": trainer.update, "global_step": trainer.global_step, "wall_s": trainer.elapsed_s,
+                    "best_val_blocking_rate": trainer.best_val}
+        if changed:  # the run remembers what it is now training for (a later plain resume keeps it)
+            atomic_write_text(out_dir / "train_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        budget = "no time limit" if ppo.time_budget_s is None else (
+            f"{trainer.elapsed_s:.0f} s of time_budget_s={ppo.time_budget_s:g} used")
+        log.info("resuming %s from %s at update %d, step %d (%s)%s: training until step %d or the budget ends",
+                 out_dir, used.name, trainer.update, trainer.global_step, budget,
+                 f" with {', '.join(changed)}" if changed else "", ppo.total_steps)
     else:
-        (out_dir / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        atomic_write_text(out_dir / "train_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     summary = trainer.train(progress=bool(cfg.get("progress", True)))
     log.info("trained %d steps in %.0f s; best validation blocking rate %.4f -> %s",
              summary["global_step"], summary["wall_s"], summary["best_val_blocking_rate"], out_dir / "policy.pt")
@@ -85,7 +155,8 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
 def _hydra_main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
-    report_user_errors(PROG, lambda: train_from_config(cfg, out, list(hc.overrides.task)))
+    started_at = time.perf_counter() - process_age_s()
+    report_user_errors(PROG, lambda: train_from_config(cfg, out, list(hc.overrides.task), started_at))
 
 
 def main() -> None:

@@ -14,9 +14,11 @@ from typing import Any, Literal
 from workloads.io import atomic_write_json, atomic_write_text
 
 Outcome = Literal["completed", "blocked", "running", "unresolved"]
-"""``completed``: accepted and finished. ``blocked``: rejected, unplaceable, over its target, or
-(``paper`` accounting) still running at the horizon. ``running``: accepted, still running when a
-truncated run stopped. ``unresolved``: arrived exactly at the horizon, never decided (``paper``)."""
+"""Each job has exactly one outcome. ``completed``: accepted and finished. ``blocked``: rejected,
+unplaceable, over its target, or (``paper`` accounting) still running at the horizon. ``running``:
+accepted, still running when a truncated run stopped. ``unresolved``: arrived exactly at the
+horizon, never decided (``paper``). *Accepted* means completed or running, so
+arrived = accepted + blocked + unresolved in every accounting."""
 
 BlockReason = Literal["", "rejected", "no_placement", "jct_target", "running_at_horizon"]
 
@@ -69,9 +71,15 @@ class JobRecord:
     busy_server_s: float
 
     @property
-    def accepted(self) -> bool:
-        """Placed and within target (it ran, whether or not it finished)."""
+    def started(self) -> bool:
+        """It was placed within its target and ran (whether or not it finished, and even if
+        ``paper`` accounting then blocked it for still running at the horizon)."""
         return not math.isnan(self.start_time_s)
+
+    @property
+    def accepted(self) -> bool:
+        """Its outcome is ``completed`` or ``running`` (never also blocked; see :data:`Outcome`)."""
+        return self.outcome in ("completed", "running")
 
 
 RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
@@ -105,6 +113,12 @@ def _mean(values: Sequence[float]) -> float:
 def summarise(records: Sequence[JobRecord], *, window_s: float, num_servers: int) -> dict[str, Any]:
     """Run metrics from per-job records (spec §9), all time-averages over ``[0, window_s]``.
 
+    Counts: every job has one outcome, so ``num_jobs_arrived = num_jobs_accepted +
+    num_jobs_blocked + num_jobs_unresolved`` and ``num_jobs_accepted = num_jobs_completed +
+    num_jobs_running``. ``num_jobs_started`` also counts the jobs ``paper`` accounting blocked for
+    running at the horizon: they held servers, so throughput, utilisation, mean degree and servers
+    per job are over the started jobs (as in the original).
+
     Args:
         records: Every arrived job.
         window_s: Measurement window (the horizon).
@@ -114,9 +128,10 @@ def summarise(records: Sequence[JobRecord], *, window_s: float, num_servers: int
     outcomes = Counter(r.outcome for r in records)
     reasons = Counter(r.block_reason for r in records if r.outcome == "blocked")
     completed = [r for r in records if r.outcome == "completed"]
-    accepted = [r for r in records if r.accepted]
+    started = [r for r in records if r.started]
+    num_accepted = outcomes["completed"] + outcomes["running"]
     demand = cluster = held = busy = running = 0.0
-    for r in accepted:
+    for r in started:
         end = r.start_time_s + r.jct_s
         overlap = max(0.0, min(end, window_s) - max(r.start_time_s, 0.0))
         frac = overlap / r.jct_s if r.jct_s > 0 else 0.0
@@ -129,13 +144,14 @@ def summarise(records: Sequence[JobRecord], *, window_s: float, num_servers: int
     num_blocked = outcomes["blocked"]
     return {
         "blocking_rate": num_blocked / n if n else NAN,
-        "acceptance_rate": outcomes["completed"] / n if n else NAN,
+        "acceptance_rate": num_accepted / n if n else NAN,
         "num_jobs_arrived": n,
-        "num_jobs_accepted": len(accepted),
+        "num_jobs_accepted": num_accepted,
         "num_jobs_completed": outcomes["completed"],
         "num_jobs_blocked": num_blocked,
         "num_jobs_running": outcomes["running"],
         "num_jobs_unresolved": outcomes["unresolved"],
+        "num_jobs_started": len(started),
         "blocked_by_reason": {k: reasons.get(k, 0) for k in ("rejected", "no_placement", "jct_target",
                                                              "running_at_horizon")},
         "demand_throughput_Bps": demand / w,
@@ -143,8 +159,8 @@ def summarise(records: Sequence[JobRecord], *, window_s: float, num_servers: int
         "job_throughput_per_s": sum(1 for r in completed if r.completion_time_s <= window_s) / w,
         "mean_jct_s": _mean([r.jct_s for r in completed]),
         "mean_speedup": _mean([r.speedup for r in completed]),
-        "mean_degree": _mean([r.degree for r in accepted]),
-        "mean_servers_per_job": _mean([r.num_servers for r in accepted]),
+        "mean_degree": _mean([r.degree for r in started]),
+        "mean_servers_per_job": _mean([r.num_servers for r in started]),
         "mean_server_utilisation": held / (num_servers * w),
         "mean_compute_utilisation": busy / (num_servers * w),
         "mean_jobs_running": running / w,

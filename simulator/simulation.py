@@ -14,6 +14,9 @@ End of horizon (spec §8.2), ``horizon_accounting``:
 * ``paper``: the original's rule: the run stops at the horizon; jobs still running are counted
   as *blocked* (reason ``running_at_horizon``), and a job arriving exactly at the horizon is
   arrived but unresolved (1001 arrivals, 1000 decisions in the paper setup).
+
+Either way every job gets exactly one outcome (:data:`simulator.records.Outcome`): a job blocked
+for running at the horizon is not also accepted, so arrived = accepted + blocked + unresolved.
 """
 
 from __future__ import annotations

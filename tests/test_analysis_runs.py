@@ -5,18 +5,21 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from analysis.runs import (
+    RunFileError,
     cluster_num_servers,
     config_columns,
     load_jobs,
     load_run_config,
     load_sweep,
     load_sweep_jobs,
+    load_sweep_with_jobs,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +41,7 @@ def write_run(root: Path, name: str, policy: str = "para_max", beta: str = "A", 
         f"seed: {seed}\n")
     (run / ".hydra" / "overrides.yaml").write_text(
         "".join(f"- {o}\n" for o in (f"policy={policy}", f"seed={seed}", "progress=false", *overrides)))
-    summary = {"blocking_rate": blocking_rate, "num_jobs_arrived": 4, "demand_throughput_Bps": 2.0e7,
+    summary = {"blocking_rate": blocking_rate, "num_jobs_arrived": 2, "demand_throughput_Bps": 2.0e7,
                "blocked_by_reason": {"rejected": 1, "no_placement": 0, "jct_target": 0,
                                      "running_at_horizon": 0},
                "seed": seed, "horizon_accounting": "paper",
@@ -123,3 +126,71 @@ def test_analysis_reads_outputs_and_never_imports_the_simulator() -> None:
         assert not modules & {"simulator", "pacml", "torch"}, path
         text = path.read_text()
         assert "matplotlib.pyplot" not in text and "import pyplot" not in text, path
+
+
+# A damaged jobs.csv (how it was damaged, what the one-line warning must say after the file name).
+BAD_JOBS = {
+    "missing": (None, "No such file"),
+    "binary": (b"\x00\xff\xfe garbage\n", "not UTF-8"),
+    "row cut short": ("\n".join(line[:40] if i == 1 else line for i, line in enumerate(JOBS_CSV.splitlines()))
+                      .encode() + b"\n", "jobs.csv:2: 9 fields, the header has 18"),
+    "cut mid-number": (JOBS_CSV.encode()[:-12], "truncated (no newline at the end)"),
+    "cut at a line": ("\n".join(JOBS_CSV.splitlines()[:2]).encode() + b"\n", "1 jobs, but summary.json counts 2"),
+    "text in a number": (JOBS_CSV.replace("50.0,0.0,50.0", "abc,0.0,50.0").encode(), "jobs.csv:2: column 'jct_s'"),
+    "unknown outcome": (JOBS_CSV.replace(",completed,", ",maybe,").encode(), "jobs.csv:2: unknown outcome 'maybe'"),
+    "no header": (b"", "jobs.csv: truncated"),
+    "columns renamed": (JOBS_CSV.replace("outcome", "result").encode(), "jobs.csv:1: missing columns outcome"),
+    "unclosed quote": (JOBS_CSV.encode() + b'2,"gnmt,0.0\n', "jobs.csv:4"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BAD_JOBS))
+def test_a_run_with_a_damaged_jobs_file_is_skipped_with_one_warning_naming_it(
+        sweep: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    content, expected = BAD_JOBS[damage]
+    bad = sweep / "beta=A,policy=para_max,seed=1"
+    if content is None:
+        (bad / "jobs.csv").unlink()
+    else:
+        (bad / "jobs.csv").write_bytes(content)
+    with pytest.raises(RunFileError, match=re.escape(expected)):
+        load_jobs(bad, expected_jobs=2)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="analysis.runs"):
+        runs, jobs = load_sweep_with_jobs(sweep)
+    warnings = [r.getMessage() for r in caplog.records if str(bad) in r.getMessage()]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert str(bad / "jobs.csv") in warnings[0] and expected in warnings[0]
+    assert sorted(runs["seed"]) == [0, 0] and set(jobs["run_dir"]) == set(runs["run_dir"])
+    assert len(jobs) == 4 and jobs["jct_s"].dtype == float
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", '{"blocking_rate": "0.2"}', '{"blocking_rate": 0.2, "num_jobs_arrived": [2]}',
+                                  '{"blocking_rate": 0.2, "config": {"policy": ["a"]}}',
+                                  '{"blocking_rate": 0.2, "blocked_by_reason": {"rejected": "x"}}',
+                                  '{"blocking_rate": 0.2, "config": 3}', "[" * 100_000])
+def test_a_garbled_summary_is_skipped_with_one_warning(
+        sweep: Path, text: str, caplog: pytest.LogCaptureFixture) -> None:
+    bad = sweep / "beta=A,policy=para_max,seed=1"
+    (bad / "summary.json").write_text(text)
+    with caplog.at_level(logging.WARNING, logger="analysis.runs"):
+        runs = load_sweep(sweep)
+    warnings = [r.getMessage() for r in caplog.records if str(bad) in r.getMessage()]
+    assert len(warnings) == 1 and "unreadable summary.json" in warnings[0] and "\n" not in warnings[0]
+    assert len(runs) == 2
+
+
+def test_pacml_report_skips_damaged_runs_and_still_writes_the_report(
+        sweep: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture) -> None:
+    from analysis.report import main
+
+    (sweep / "beta=A,policy=para_max,seed=1" / "jobs.csv").write_bytes(b"\x89PNG\r\n")
+    (sweep / "more" / "beta=B,policy=random,seed=0" / "jobs.csv").unlink()
+    with caplog.at_level(logging.WARNING):
+        main([str(sweep)])  # used to end in a traceback (FileNotFoundError, UnicodeDecodeError)
+    assert capsys.readouterr().out.startswith("report: ")
+    warned = [r.getMessage() for r in caplog.records if "jobs.csv" in r.getMessage()]
+    assert len(warned) == 2 and all(w.startswith("skipping ") and "\n" not in w for w in warned)
+    report = (sweep / "report" / "report.md").read_text()
+    assert "- Runs: 1 (4 unfinished or unreadable, skipped)" in report
+    assert (sweep / "report" / "figures" / "utilisation_para_max.png").is_file()

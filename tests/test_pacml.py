@@ -232,6 +232,109 @@ def test_warm_start_imitates_the_best_heuristic_candidate(short_config, tmp_path
     assert first["eval/blocking_rate"] == pytest.approx(first["warmstart/teacher_val_blocking_rate"], abs=0.07)
 
 
+def test_time_budget_covers_the_warm_start_and_leaves_time_for_ppo(
+        short_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Uncapped, this warm start (200 teacher episodes per env, 10,000 epochs) alone would run for
+    minutes; with a 4 s budget every phase fits and PPO still gets updates (on a machine so
+    loaded that a phase cannot fit, the log must say which and why)."""
+    import logging
+    import time
+
+    budget_s, tolerance_s = 4.0, 1.0
+    cfg = _tiny_ppo(total_steps=10**9, time_budget_s=budget_s, warmstart="auto", warmstart_candidates=[1, 2, 16],
+                    warmstart_episodes=200, warmstart_epochs=10_000, eval_every=2, checkpoint_every=3)
+    t0 = time.perf_counter()
+    trainer = Trainer(short_config, cfg, tmp_path)
+    with caplog.at_level(logging.INFO, logger="pacml.ppo"):
+        summary = trainer.train(progress=False)
+    wall_s = time.perf_counter() - t0
+    assert wall_s <= budget_s + tolerance_s, summary
+    assert summary["wall_s"] <= budget_s + tolerance_s and summary["stopped_by"] == "time_budget"
+    phases = summary["phases_s"]
+    warm_s = phases["warmstart_teacher"] + phases.get("warmstart_imitation", 0.0)
+    assert warm_s <= cfg.warmstart_budget_frac * budget_s + tolerance_s, phases
+    messages = " | ".join(r.getMessage() for r in caplog.records)
+    if summary["warmstarted"]:
+        assert trainer.history[0]["warmstart/epochs"] < 10_000  # imitation was cut, not skipped
+    else:
+        assert "warm start skipped: not even one teacher" in messages
+    if summary["updates"] > 0:
+        assert phases["ppo_rollout"] + phases["ppo_update"] > 0
+    else:
+        assert "time budget of 4 s:" in messages
+    assert summary["warmstarted"] or summary["updates"] > 0, messages  # fails only on a stalled machine
+    resumed = Trainer(short_config, cfg, tmp_path)  # the run ends with a valid checkpoint
+    assert resumed.resume(tmp_path).name == "checkpoint.pt" and resumed.update == summary["updates"]
+    assert resumed.remaining_work() is not None and "time_budget_s=4" in resumed.remaining_work()
+
+
+@pytest.mark.parametrize("frac", [0, -0.5, 1.5, float("nan"), True, "half"])
+def test_a_bad_warm_start_share_is_refused(short_config, tmp_path: Path, frac) -> None:
+    from simulator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^field 'ppo.warmstart_budget_frac': must be a number in \(0, 1\]"):
+        Trainer(short_config, _tiny_ppo(warmstart_budget_frac=frac), tmp_path)
+
+
+def test_a_budget_too_small_for_any_update_says_so_and_still_checkpoints(
+        short_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    trainer = Trainer(short_config, _tiny_ppo(total_steps=10**9, time_budget_s=0.01), tmp_path)
+    with caplog.at_level(logging.INFO, logger="pacml.ppo"):
+        summary = trainer.train(progress=False)
+    assert summary["updates"] == 0 and summary["stopped_by"] == "time_budget"
+    assert any("time budget" in r.getMessage() and "stopping at step 0" in r.getMessage() for r in caplog.records)
+    assert (tmp_path / "checkpoint.pt").is_file() and (tmp_path / "policy.pt").is_file()
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
+        short_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from simulator.errors import ConfigError
+
+    Trainer(short_config, _tiny_ppo(total_steps=64), tmp_path).train(progress=False)  # saves at updates 1, 2
+    ckpt, prev = tmp_path / "checkpoint.pt", tmp_path / "checkpoint.prev.pt"
+    assert torch.load(prev, weights_only=False)["update"] == 1
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])  # truncated
+    resumed = Trainer(short_config, _tiny_ppo(total_steps=64), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pacml.ppo"):
+        assert resumed.resume(tmp_path) == prev
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "checkpoint.prev.pt (update 1" in warnings[0] and "checkpoint.pt" in warnings[0]
+    assert "\n" not in warnings[0] and resumed.update == 1
+    resumed.train(progress=False)  # the damaged file is replaced; the good previous one is not
+    assert torch.load(ckpt, weights_only=False)["update"] == 2
+    assert torch.load(prev, weights_only=False)["update"] == 1
+
+    ckpt.write_bytes(b"garbage")
+    prev.write_bytes(b"\x00" * 10)
+    with pytest.raises(ConfigError, match=r"^field 'resume': no usable checkpoint: .*checkpoint.pt: unreadable"):
+        Trainer(short_config, _tiny_ppo(), tmp_path).resume(tmp_path)
+
+
+@pytest.mark.parametrize(("config_text", "problem"), [
+    (None, "No such file"), ("ppo: [1, 2\n  bad: {\n", "while parsing a flow sequence"),
+    ("[1]\n", "not a pacml-train config"), ("beta: C\n", "not a pacml-train config")])
+def test_resume_with_a_damaged_run_config_is_one_line(tmp_path: Path, config_text: str | None, problem: str) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from pacml.train import train_from_config
+    from simulator.errors import ConfigError
+    from tests.conftest import CONF_DIR
+
+    (tmp_path / "checkpoint.pt").write_bytes(b"not read: the config is checked first")
+    if config_text is not None:
+        (tmp_path / "train_config.yaml").write_text(config_text)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="train", overrides=[f"resume={tmp_path}"])
+    with pytest.raises(ConfigError) as info:
+        train_from_config(cfg, tmp_path / "unused", [])
+    message = str(info.value)
+    assert message.startswith("field 'resume': cannot read ") and problem in message and "\n" not in message
+
+
 SHIPPED = [("paper_betaA", "paper", "A"), ("paper_betaB", "paper", "B"), ("paper_betaC", "paper", "C"),
            ("paper_betaD", "paper", "D"), ("paper_betaA_placement", "paper", "A"),
            ("paper_betaB_placement", "paper", "B"), ("paper_betaC_placement", "paper", "C"),
@@ -253,7 +356,7 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
     horizon_s = 5e4 if scenario == "paper" else 50.0
     cfg = compose_sim_config([f"scenario={scenario}", f"beta={beta}", f"horizon_s={horizon_s}"])
     result = build_simulation(cfg, seed=0).run(policy)
-    degrees = {r.degree for r in result.records if r.accepted}
+    degrees = {r.degree for r in result.records if r.started}
     assert result.summary["num_jobs_arrived"] >= 50 and degrees <= {1, 2, 4, 6, 8, 16}
     assert result.summary["blocking_rate"] < 0.5
 
@@ -320,26 +423,46 @@ def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
     assert result.summary["num_jobs_completed"] > 0
 
 
-def test_pacml_train_command_trains_and_resumes(tmp_path: Path) -> None:
+def test_pacml_train_command_trains_and_resumes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import json
+    import logging
     import subprocess
     import sys
+
+    from hydra import compose, initialize_config_dir
+
+    from pacml.train import train_from_config
+    from tests.conftest import CONF_DIR
 
     run = tmp_path / "run"
     base = [sys.executable, "-c", "from pacml.train import main; main()", "progress=false"]
     tiny = ["beta=C", "horizon_s=3e4", "ppo.num_envs=2", "ppo.num_steps=32", "ppo.warmstart=null",
-            "ppo.hidden_channels=16", "ppo.eval_every=2", "ppo.checkpoint_every=2"]
-    first = subprocess.run([*base, *tiny, "ppo.total_steps=128", f"hydra.run.dir={run}"], capture_output=True,
-                           text=True, timeout=300)
+            "ppo.hidden_channels=16", "ppo.eval_every=2", "ppo.checkpoint_every=1"]
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        # cwd=tmp_path: a resume that made Hydra create a new output folder would show up there
+        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    first = train(*tiny, "ppo.total_steps=128", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr
     assert json.loads((run / "train_summary.json").read_text())["global_step"] == 128
-    more = subprocess.run([*base, f"resume={run}", "ppo.total_steps=256", f"hydra.run.dir={tmp_path / 'r2'}"],
-                          capture_output=True, text=True, timeout=300)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="train", overrides=[f"resume={run}"])
+    with caplog.at_level(logging.INFO, logger="pacml.train"):
+        plain = train_from_config(cfg, tmp_path / "unused", [f"resume={run}"])
+    assert plain["global_step"] == 128 and not (tmp_path / "unused").exists()
+    assert "nothing to do: run already reached total_steps=128 (step 128); pass ppo.total_steps=N" in caplog.text
+    (run / "checkpoint.pt").write_bytes((run / "checkpoint.pt").read_bytes()[:500])  # truncated
+    more = train(f"resume={run}", "ppo.total_steps=256")
     assert more.returncode == 0, more.stderr
+    assert "resuming from the previous good checkpoint" in more.stdout and "checkpoint.prev.pt" in more.stdout
+    assert "with ppo.total_steps=256: training until step 256" in more.stdout
     assert json.loads((run / "train_summary.json").read_text())["global_step"] == 256
-    bad = subprocess.run([*base, f"resume={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r3'}"],
-                         capture_output=True, text=True, timeout=300)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no stray output folder
+    assert len(list((run / ".hydra").glob("resume-*"))) >= 1 and (run / ".hydra" / "config.yaml").is_file()
+    bad = train(f"resume={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r3'}")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("pacml-train: error: field 'resume'")
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 # ------------------------------------------------ registration and fail-fast (issue 14, item 11)

@@ -6,15 +6,17 @@ import math
 from functools import cache
 
 import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.build import SimKnobs, build_feasibility
+from simulator.build import SimKnobs, build_feasibility, build_simulation, build_topology
 from simulator.policies.heuristics import FixedDegree, MinFeasible, ParaMax, ParaMin, RandomPolicy
-from simulator.records import records_to_csv
+from simulator.records import JobRecord, records_to_csv
 from simulator.simulation import Simulation
 from simulator.topology import RampTopology
-from tests.conftest import make_graph
+from tests.conftest import CONF_DIR, make_graph
 from tests.test_simulator_model import _partitioned_critical_path
 from workloads.arrivals import Poisson
 from workloads.beta import UniformBeta
@@ -83,6 +85,21 @@ def _check_cluster(sim: Simulation) -> None:
     assert all(m <= cap * (1 + 1e-9) for m in mem.values())
 
 
+def _check_one_outcome_per_job(s: dict, recs: list[JobRecord]) -> None:
+    """summary.json's promise: arrived = accepted + blocked + unresolved, one outcome per job."""
+    assert s["num_jobs_arrived"] == s["num_jobs_accepted"] + s["num_jobs_blocked"] + s["num_jobs_unresolved"]
+    assert s["num_jobs_accepted"] == s["num_jobs_completed"] + s["num_jobs_running"]
+    assert sum(s["blocked_by_reason"].values()) == s["num_jobs_blocked"]
+    assert s["num_jobs_accepted"] == sum(r.accepted for r in recs)
+    assert s["num_jobs_started"] == sum(r.started for r in recs)
+    for r in recs:  # accepted, blocked and unresolved are exclusive
+        assert r.accepted + (r.outcome == "blocked") + (r.outcome == "unresolved") == 1, r
+        assert (r.block_reason == "running_at_horizon") == (r.started and not r.accepted), r
+    if s["num_jobs_arrived"]:
+        rates = s["acceptance_rate"] + s["blocking_rate"] + s["num_jobs_unresolved"] / s["num_jobs_arrived"]
+        assert math.isclose(rates, 1.0)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_simulation_invariants(sc: dict) -> None:
@@ -111,7 +128,7 @@ def test_simulation_invariants(sc: dict) -> None:
     assert s["num_jobs_arrived"] == len(recs)
     assert s["num_jobs_arrived"] == (s["num_jobs_completed"] + s["num_jobs_blocked"] + s["num_jobs_running"]
                                      + s["num_jobs_unresolved"])
-    assert sum(s["blocked_by_reason"].values()) == s["num_jobs_blocked"]
+    _check_one_outcome_per_job(s, recs)
     if sc["accounting"] == "drain":
         assert s["num_jobs_running"] == s["num_jobs_unresolved"] == 0
     assert 0.0 <= s["blocking_rate"] <= 1.0
@@ -122,7 +139,7 @@ def test_simulation_invariants(sc: dict) -> None:
     by_name = {g.name: g for g in sim.workload.training_graphs}
     intervals = []
     for r in recs:
-        if not r.accepted:
+        if not r.started:
             continue
         assert r.jct_s <= r.max_jct_s * (1 + 1e-9)
         assert r.start_time_s == r.arrival_time_s
@@ -145,6 +162,23 @@ def test_same_seed_gives_an_identical_job_file(sc: dict) -> None:
     first = _simulation(sc).run(_policy(sc))
     second = _simulation(sc).run(_policy(sc))
     assert records_to_csv(first.records) == records_to_csv(second.records)
+
+
+@pytest.mark.parametrize("accounting", ["paper", "drain"])
+def test_paper_scenario_counts_every_job_once(accounting: str) -> None:
+    """The paper's setup (where jobs running at the horizon used to count as accepted and blocked),
+    several seeds and policies, both accountings."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="sim", overrides=["scenario=paper", "beta=C", "horizon_s=1e5",
+                                                    f"horizon_accounting={accounting}"])
+    feas = build_feasibility(build_topology(cfg), cfg.sim)
+    running_at_horizon = 0
+    for seed in range(4):
+        for policy in (ParaMax(), MinFeasible()):
+            result = build_simulation(cfg, seed=seed, feasibility=feas).run(policy)
+            _check_one_outcome_per_job(result.summary, result.records)
+            running_at_horizon += result.summary["blocked_by_reason"]["running_at_horizon"]
+    assert (running_at_horizon > 0) == (accounting == "paper")  # the case that used to double-count
 
 
 def test_blocking_grows_with_load() -> None:
