@@ -12,8 +12,10 @@ Exit status 0 when every file is valid, 2 otherwise (one line per problem on std
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from workloads.errors import WorkloadError
 from workloads.graph import TrainingGraph
@@ -50,7 +52,11 @@ def _convert(src: str, dst: str, time_unit_s: float) -> int:
     except WorkloadError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
-    write_json_graph(graph, dst, notes=f"converted by {PROG} from {graph.source}")
+    try:
+        write_json_graph(graph, dst, notes=f"converted by {PROG} from {graph.source}")
+    except OSError as exc:
+        sys.stderr.write(f"{PROG}: error: {dst}: cannot write: {exc.strerror or exc}\n")
+        return 2
     sys.stdout.write(f"wrote {dst}\n")
     return 0
 
@@ -70,10 +76,29 @@ def _info(specs: Sequence[str], time_unit_s: float) -> int:
     return 0
 
 
+def _positive_seconds(text: str) -> float:
+    """``--time-unit-s``: a finite number > 0 (``nan``, ``inf`` and ``-1`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line (``pacml-graph: error: ...``) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's hook
+        sys.stderr.write(f"{PROG}: error: {' '.join(message.split())} (see {PROG} --help)\n")
+        raise SystemExit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point (``pacml-graph``)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--time-unit-s", type=float, default=PIPEDREAM_TIME_UNIT_S,
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--time-unit-s", type=_positive_seconds, default=PIPEDREAM_TIME_UNIT_S,
                         help="seconds per PipeDream profile time unit (default 1e-3: milliseconds)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_val = sub.add_parser("validate", help="check graph files (JSON or PipeDream)")
