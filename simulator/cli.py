@@ -154,6 +154,15 @@ class _Composer:
         assert isinstance(cfg, DictConfig)
         return cfg
 
+    def culprit(self, overrides: list[str]) -> str | None:
+        """The first override that fails to compose on its own (Hydra's message may not name it)."""
+        for override in overrides:
+            try:
+                self.compose([override])
+            except Exception:  # noqa: BLE001 - any failure points at this override
+                return override
+        return None
+
     def known_keys(self, overrides: list[str]) -> list[str]:
         """Dotted keys of the config composed without the failing override (for suggestions)."""
         for attempt in (overrides, []):
@@ -190,10 +199,11 @@ def _composition_error(composer: _Composer, exc: Exception, overrides: list[str]
     line = one_line(text.split("\n")[0])
     if cause is not None and not isinstance(cause, MissingConfigException):
         line += f": {one_line(str(cause)).split(' full_key:')[0]}"
-    return line
+    culprit = composer.culprit(overrides)
+    return f"override {culprit!r}: {line}" if culprit and culprit not in line else line
 
 
-def preflight(cmd: HydraCommand, argv: Sequence[str]) -> None:
+def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
     """Check a Hydra command line before Hydra runs it; any problem ends in one line, exit 2.
 
     Parses the command-line flags, parses every override (Hydra's syntax errors), composes the
@@ -201,6 +211,10 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> None:
     whole search path, so ``hydra.searchpath`` and ``--config-dir`` plug-ins are found), and
     validates it (:mod:`simulator.schema`). In multirun mode each swept value is checked with
     the first value of the others. Also puts the working directory on ``sys.path``.
+
+    Returns:
+        The checked config of the command line (the first values of any sweep), or ``None``
+        when Hydra will only print help.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException, OverrideParseException
@@ -208,7 +222,7 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> None:
     cwd_on_path()
     args = _hydra_args(cmd, argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
-        return
+        return None
     overrides = list(args.overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -238,8 +252,8 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> None:
         for value in values[1:]:
             variants.append([*base[:pos], value, *base[pos + 1:]])
     composer = _Composer(cmd, args)
-    for variant in variants[:64]:
-        check_overrides(cmd, composer, variant)
+    checked = [check_overrides(cmd, composer, variant) for variant in variants[:64]]
+    return checked[0]
 
 
 def _unparsable(override: str) -> bool:

@@ -27,7 +27,7 @@ def _valid_degrees(state: ClusterState, mask: MaskKind) -> list[int]:
 
 def _check_mask(mask: str) -> MaskKind:
     if mask not in ("paper", "placeable", "feasible"):
-        raise ValueError(f"mask must be 'paper', 'placeable' or 'feasible', got {mask!r}")
+        raise ValueError(f"policy.mask must be 'paper', 'placeable' or 'feasible', got {mask!r}")
     return mask  # type: ignore[return-value]
 
 
