@@ -104,8 +104,12 @@ class HydraCommand:
 
     def validate(self, cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
         """Check a composed config (raises :class:`ConfigError`); returns it pruned."""
-        return validate_config(cfg, keys=self.keys, plugins=self.plugins, optional=self.optional,
-                               given=_override_keys(overrides))
+        from simulator.build import check_buildable
+
+        cfg = validate_config(cfg, keys=self.keys, plugins=self.plugins, optional=self.optional,
+                              given=_override_keys(overrides))
+        check_buildable(cfg)
+        return cfg
 
 
 def _override_keys(overrides: Sequence[str]) -> set[str]:
