@@ -201,7 +201,7 @@ def known() -> frozenset[str]:
     return frozenset(fuzz().known_keys())
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command=st.sampled_from(["pacml-sim", "pacml-train", "pacml-graph"]), seed=st.integers(0, 2**32))
 def test_generated_command_lines_are_judged_right_and_errors_are_one_line(command: str, seed: int) -> None:
     import random
