@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import markdown
 import pandas as pd
@@ -174,19 +175,35 @@ def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _fail(message: str) -> NoReturn:
+    """``pacml-report: error: message`` on one line of stderr, exit status 2."""
+    sys.stderr.write(f"{PROG}: error: {' '.join(message.split())}\n")
+    raise SystemExit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line (not argparse's usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's hook
+        _fail(f"{message} (see {PROG} --help)")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point (``pacml-report``)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="sweep (or run) directory written by pacml-sim")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: SWEEP_DIR/report)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        _fail(f"--out: {args.out}: exists and is not a directory")
     try:
         report = build_report(args.sweep_dir, args.out)
     except ReportError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
-        raise SystemExit(2) from None
+        _fail(str(exc))
+    except OSError as exc:  # e.g. --out under a read-only folder
+        _fail(f"{exc.filename or args.out or args.sweep_dir}: {exc.strerror or exc}")
     sys.stdout.write(f"report: {report}\n")
 
 

@@ -431,6 +431,28 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     return summary
 
 
+def command() -> Any:
+    """What ``pacml-distill``'s config holds, for the one check before any work (simulator/schema.py)."""
+    import typing
+
+    from simulator.cli import HydraCommand
+    from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
+
+    count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
+    ranges = {
+        "checkpoint": Rule(str, non_empty=True), "episodes": count, "workers": count, "window_jobs": count,
+        "num_futures": count, "margin_jobs": Rule(float, low=0.0), "seed": Rule(int, low=0), "epochs": count,
+        "learning_rate": positive, "batch_size": count, "change_weight": positive,
+        "soft_temperature_jobs": Rule(float | None, low=0.0, low_open=True),
+        "eval_seeds": Rule(list[int], low=0, non_empty=True),
+        "time_budget_s": Rule(float | None, low=0.0, low_open=True), "torch_threads": count,
+        "demos_dir": Rule(str | None, non_empty=True), "mode": Rule(typing.Literal["critic", "imitate"]),
+        "critic_epochs": count, "critic_hidden": count, "critic_margins": Rule(list[float], low=0.0, non_empty=True),
+    }
+    return HydraCommand(PROG, "distill", keys={**SIM_KEYS, **dataclass_rules("distill", DistillConfig, ranges)},
+                        plugins=SIM_PLUGINS)
+
+
 def main() -> None:
     """Console entry point (``pacml-distill``)."""
     import sys
@@ -438,14 +460,17 @@ def main() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    from simulator.cli import check_group_choices, report_user_errors
+    from simulator.cli import preflight, report_user_errors
+
+    cmd = command()
 
     @hydra.main(version_base=None, config_path="pkg://conf", config_name="distill")
     def _hydra_main(cfg: DictConfig) -> None:
-        out = Path(HydraConfig.get().runtime.output_dir)
-        report_user_errors(PROG, lambda: distill_from_config(cfg, out))
+        hc = HydraConfig.get()
+        out = Path(hc.runtime.output_dir)
+        report_user_errors(PROG, lambda: distill_from_config(cmd.validate(cfg, list(hc.overrides.task)), out))
 
-    check_group_choices(PROG, sys.argv[1:], ("cluster", "workload", "arrivals", "beta", "scenario"))
+    preflight(cmd, sys.argv[1:])
     _hydra_main()
 
 

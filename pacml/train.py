@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+import typing
 from pathlib import Path
 
 import hydra
@@ -29,13 +30,34 @@ from omegaconf import DictConfig, OmegaConf
 
 from pacml.ppo import CHECKPOINT, PREVIOUS_CHECKPOINT, PPOConfig, Trainer
 from simulator.build import instantiate_checked
-from simulator.cli import check_group_choices, report_user_errors
+from simulator.cli import HydraCommand, preflight, report_user_errors
 from simulator.errors import ConfigError
+from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
 from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 PROG = "pacml-train"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "scenario")
+
+_COUNT, _POSITIVE, _UNIT = Rule(int, low=1), Rule(float, low=0.0, low_open=True), Rule(float, low=0.0, high=1.0)
+#: Ranges of the ``ppo`` keys (their types come from :class:`PPOConfig`).
+PPO_RANGES = {
+    "total_steps": _COUNT, "time_budget_s": Rule(float | None, low=0.0, low_open=True), "num_envs": _COUNT,
+    "num_steps": _COUNT, "learning_rate": _POSITIVE, "gamma": _UNIT, "gae_lambda": _UNIT,
+    "num_minibatches": _COUNT, "update_epochs": _COUNT, "clip_coef": _POSITIVE, "ent_coef": Rule(float, low=0.0),
+    "vf_coef": Rule(float, low=0.0), "max_grad_norm": _POSITIVE,
+    "target_kl": Rule(float | None, low=0.0, low_open=True), "hidden_channels": _COUNT, "num_layers": _COUNT,
+    "mask": Rule(typing.Literal["feasible", "placeable", "paper"]), "placement_candidates": Rule(int, low=0),
+    "warmstart": Rule(typing.Literal["auto"] | None),
+    "warmstart_candidates": Rule(list[int], low=1, non_empty=True), "warmstart_episodes": _COUNT,
+    "warmstart_epochs": _COUNT, "warmstart_lr": _POSITIVE, "checkpoint_every": _COUNT, "eval_every": _COUNT,
+    "eval_seeds": Rule(list[int], low=0, non_empty=True), "seed": Rule(int, low=0), "torch_threads": _COUNT,
+}
+#: What ``pacml-train``'s config holds, for the one check before any work (simulator/schema.py).
+COMMAND = HydraCommand(
+    PROG, "train",
+    keys={**SIM_KEYS, "resume": Rule(str | None, non_empty=True), **dataclass_rules("ppo", PPOConfig, PPO_RANGES)},
+    plugins=(*SIM_PLUGINS, "reward"), optional=("reward",))
 
 
 def _ppo_config(node: DictConfig) -> PPOConfig:
@@ -156,12 +178,14 @@ def _hydra_main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
     started_at = time.perf_counter() - process_age_s()
-    report_user_errors(PROG, lambda: train_from_config(cfg, out, list(hc.overrides.task), started_at))
+    overrides = list(hc.overrides.task)
+    report_user_errors(PROG, lambda: train_from_config(COMMAND.validate(cfg, overrides), out, overrides,
+                                                       started_at))
 
 
 def main() -> None:
     """Console entry point (``pacml-train``)."""
-    check_group_choices(PROG, sys.argv[1:], GROUPS)
+    preflight(COMMAND, sys.argv[1:])
     _hydra_main()
 
 

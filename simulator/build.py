@@ -20,6 +20,7 @@ from simulator.errors import ConfigError
 from simulator.feasibility import Feasibility
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
+from simulator.schema import import_target
 from simulator.simulation import Simulation
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology
@@ -111,6 +112,28 @@ def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = 
     return Simulation(workload, feasibility, seed=int(cfg["seed"] if seed is None else seed),
                       horizon_s=None if horizon is None else float(horizon),
                       horizon_accounting=cfg.get("horizon_accounting", "drain"))
+
+
+def check_buildable(cfg: DictConfig) -> None:
+    """Build the cheap parts of ``cfg`` so that their own range checks run before any work.
+
+    The cluster, the step-model knobs, the arrival process and the beta distribution are built
+    (milliseconds; no graph is loaded); the policy is not (a learned one loads a checkpoint),
+    but its class may define ``check_config(node, topology)`` (e.g. ``FixedDegree``: the degree
+    must be one the cluster offers). Used by every console command's preflight
+    (``simulator.cli.HydraCommand``); raises :class:`ConfigError` / ``WorkloadError``.
+    """
+    topology = build_topology(cfg)
+    build_feasibility(topology, cfg.get("sim", {}))
+    instantiate_checked(cfg["arrivals"], "arrivals")
+    instantiate_checked(cfg["beta"], "beta")
+    policy = cfg.get("policy")
+    if isinstance(policy, DictConfig) and "_target_" in policy:
+        hook = getattr(import_target(policy["_target_"], "policy._target_"), "check_config", None)
+        if callable(hook):
+            node = OmegaConf.to_container(policy, resolve=True)
+            assert isinstance(node, dict)
+            hook(node, topology)
 
 
 def build_policy(cfg: DictConfig | Mapping[str, Any]) -> Any:

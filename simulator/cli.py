@@ -6,14 +6,21 @@ ends the command with one clear line on stderr and exit status 2, never a traceb
 
 from __future__ import annotations
 
+import argparse
+import math
+import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from simulator.errors import ConfigError, InvalidDecision
+from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, flat_keys, suggest, validate_config
 from workloads.errors import WorkloadError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -42,23 +49,244 @@ def fail(prog: str, message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def check_group_choices(prog: str, argv: Sequence[str], groups: Sequence[str]) -> None:
-    """Fail early, in one line, if a command-line group choice names no config file.
+def cwd_on_path() -> None:
+    """Make modules in the working directory importable, as ``python -m`` would.
 
-    Handles ``group=a``, ``group=a,b`` (sweeps) and ``+group=a``; leaves anything fancier
-    (sweep functions, globs) to Hydra.
+    Console scripts start with the script's folder on ``sys.path``, not the working directory,
+    so ``policy._target_=mypolicy.MyPolicy`` with ``mypolicy.py`` beside the user would not
+    import. Appended (not prepended) so that a stray file cannot shadow an installed package.
     """
-    for arg in argv:
-        if "=" not in arg or arg.startswith("-"):
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (Hydra and OmegaConf messages span several)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """``argparse`` that reports bad arguments in one line (``prog: error: ...``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's hook
+        fail(self.prog, f"{one_line(message)} (see {self.prog.split()[0]} --help)")
+
+
+def positive_float(text: str) -> float:
+    """``argparse`` type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class HydraCommand:
+    """A Hydra console command and what its config holds (for :func:`preflight`).
+
+    Attributes:
+        prog: Name in error messages (``pacml-sim``).
+        config_name: Primary config in ``conf/`` (``sim``).
+        keys: Rules of its plain keys (see :mod:`simulator.schema`).
+        plugins: Sections built from ``_target_``.
+        optional: Plug-in sections that may be null.
+    """
+
+    prog: str
+    config_name: str
+    keys: Mapping[str, Rule] = field(default_factory=lambda: dict(SIM_KEYS))
+    plugins: Sequence[str] = SIM_PLUGINS
+    optional: Sequence[str] = ()
+
+    def validate(self, cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+        """Check a composed config (raises :class:`ConfigError`); returns it pruned."""
+        from simulator.build import check_buildable
+
+        cfg = validate_config(cfg, keys=self.keys, plugins=self.plugins, optional=self.optional,
+                              given=_override_keys(overrides))
+        check_buildable(cfg)
+        return cfg
+
+
+def _override_keys(overrides: Sequence[str]) -> set[str]:
+    return {o.split("=", 1)[0].lstrip("+~").split("@")[0] for o in overrides if "=" in o or o.startswith("~")}
+
+
+def _hydra_args(cmd: HydraCommand, argv: Sequence[str]) -> argparse.Namespace:
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = cmd.prog
+    parser.error = lambda message: fail(cmd.prog, f"{one_line(message)} (see {cmd.prog} --help)")  # type: ignore[method-assign]
+    return parser.parse_args(list(argv))
+
+
+class _Composer:
+    """Composes the command's config as Hydra will (same search path, ``--config-dir``)."""
+
+    def __init__(self, cmd: HydraCommand, args: argparse.Namespace) -> None:
+        from hydra._internal.utils import create_automatic_config_search_path
+        from hydra.core.config_search_path import SearchPathQuery
+
+        self.cmd = cmd
+        self.config_name = args.config_name or cmd.config_name
+        self.search_path = create_automatic_config_search_path(None, None, args.config_path or "pkg://conf")
+        if args.config_dir is not None:
+            conf_dir = os.path.abspath(args.config_dir)
+            if not os.path.isdir(conf_dir):
+                fail(cmd.prog, f"--config-dir: {conf_dir}: no such directory")
+            self.search_path.prepend(provider="command-line", path=f"file://{conf_dir}",
+                                     anchor=SearchPathQuery(provider="schema"))
+
+    def compose(self, overrides: list[str]) -> DictConfig:
+        """The composed config (with its ``hydra`` node) or a Hydra/OmegaConf exception."""
+        from hydra._internal.hydra import Hydra
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.types import RunMode
+
+        GlobalHydra.instance().clear()
+        try:
+            hydra_app = Hydra.create_main_hydra2(task_name=self.cmd.prog, config_search_path=self.search_path)
+            cfg = hydra_app.compose_config(self.config_name, overrides, run_mode=RunMode.RUN, from_shell=True,
+                                           with_log_configuration=False)
+        finally:
+            GlobalHydra.instance().clear()
+        assert isinstance(cfg, DictConfig)
+        return cfg
+
+    def culprit(self, overrides: list[str]) -> str | None:
+        """The first override that fails to compose on its own (Hydra's message may not name it)."""
+        for override in overrides:
+            try:
+                self.compose([override])
+            except Exception:  # noqa: BLE001 - any failure points at this override
+                return override
+        return None
+
+    def known_keys(self, overrides: list[str]) -> list[str]:
+        """Dotted keys of the config composed without the failing override (for suggestions)."""
+        for attempt in (overrides, []):
+            try:
+                cfg = self.compose(attempt)
+            except Exception:  # noqa: BLE001, S112 - fall back to the plain config
+                continue
+            return [k for k in flat_keys(cfg) if not k.startswith("hydra")]
+        return []
+
+
+def _composition_error(composer: _Composer, exc: Exception, overrides: list[str]) -> str:
+    """One line for an exception raised while composing (Hydra's own are several lines)."""
+    from hydra.errors import MissingConfigException
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file:
+        group, _, choice = str(exc.missing_cfg_file).rpartition("/")
+        if group:
+            options = sorted(exc.options or [])
+            return f"unknown {group} {choice!r}{suggest(choice, options)} (available: {', '.join(options)})"
+        return one_line(str(exc).split("Config search path")[0])
+    text = str(exc)
+    cause = exc.__cause__
+    match = re.match(r"Could not override '([^']+)'", text)
+    if match is not None:
+        key = match.group(1)
+        others = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != key]
+        known = composer.known_keys(others)
+        if "." in key and key.rpartition(".")[0] in known and key.rpartition(".")[0].split(".")[0] in ("policy",):
+            hint = f"; to pass a new argument to the policy class use +{key}=..."
+        else:
+            hint = ""
+        return f"unknown config key '{key}'{suggest(key, known)}{hint}"
+    line = one_line(text.split("\n")[0])
+    if cause is not None and not isinstance(cause, MissingConfigException):
+        line += f": {one_line(str(cause)).split(' full_key:')[0]}"
+    culprit = composer.culprit(overrides)
+    return f"override {culprit!r}: {line}" if culprit and culprit not in line else line
+
+
+def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
+    """Check a Hydra command line before Hydra runs it; any problem ends in one line, exit 2.
+
+    Parses the command-line flags, parses every override (Hydra's syntax errors), composes the
+    config as Hydra will (unknown keys get a suggestion; group choices are looked up on the
+    whole search path, so ``hydra.searchpath`` and ``--config-dir`` plug-ins are found), and
+    validates it (:mod:`simulator.schema`). In multirun mode each swept value is checked with
+    the first value of the others. Also puts the working directory on ``sys.path``.
+
+    Returns:
+        The checked config of the command line (the first values of any sweep), or ``None``
+        when Hydra will only print help.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException, OverrideParseException
+
+    cwd_on_path()
+    args = _hydra_args(cmd, argv)
+    if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
+        return None
+    overrides = list(args.overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except (OverrideParseException, HydraException) as exc:
+        bad = next((o for o in overrides if _unparsable(o)), None)
+        fail(cmd.prog, f"cannot parse override {bad!r}: {one_line(str(exc).split('See https')[0])}"
+             if bad else f"cannot parse the overrides: {one_line(str(exc).split('See https')[0])}")
+    variants: list[list[str]] = []
+    base: list[str] = []
+    sweeps: list[tuple[int, list[str]]] = []
+    for override, text in zip(parsed, overrides, strict=True):
+        if not override.is_sweep_override():
+            base.append(text)
             continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+~")
-        if key not in groups or any(ch in value for ch in "()[]{}*$"):
+        if not args.multirun:
+            fail(cmd.prog, f"{text!r} sweeps over several values: add -m to run each, or write "
+                           f"{override.get_key_element()}=[...] for one list value")
+        try:
+            values = list(override.sweep_string_iterator())
+        except Exception:  # noqa: BLE001 - interval sweeps etc.: each job checks its own value
             continue
-        available = sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
-        for choice in value.split(","):
-            if choice and choice not in ("null",) and choice not in available:
-                fail(prog, f"unknown {key} {choice!r} (available: {', '.join(available)})")
+        prefix = text.split("=", 1)[0]
+        sweeps.append((len(base), [f"{prefix}={v}" for v in values] or [text]))
+        base.append(sweeps[-1][1][0])
+    variants.append(base)
+    for pos, values in sweeps:
+        for value in values[1:]:
+            variants.append([*base[:pos], value, *base[pos + 1:]])
+    composer = _Composer(cmd, args)
+    checked = [check_overrides(cmd, composer, variant) for variant in variants[:64]]
+    return checked[0]
+
+
+def _unparsable(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        OverridesParser.create().parse_override(override)
+    except HydraException:
+        return True
+    return False
+
+
+def check_overrides(cmd: HydraCommand, composer: _Composer, overrides: list[str]) -> DictConfig:
+    """Compose and validate one command line (no sweeps); one line and exit 2 on any problem."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+
+    try:
+        cfg = composer.compose(overrides)
+    except (HydraException, OmegaConfBaseException, ValueError, OSError) as exc:
+        fail(cmd.prog, _composition_error(composer, exc, overrides))
+    HydraConfig.instance().set_config(cfg)  # so that ${hydra:...} interpolations resolve
+    with open_dict(cfg):
+        del cfg["hydra"]
+    try:
+        return cmd.validate(cfg, overrides)
+    except USER_ERRORS as exc:
+        fail(cmd.prog, one_line(str(exc)))
 
 
 def report_user_errors(prog: str, body: Callable[[], None]) -> None:
@@ -66,4 +294,4 @@ def report_user_errors(prog: str, body: Callable[[], None]) -> None:
     try:
         body()
     except USER_ERRORS as exc:
-        fail(prog, str(exc))
+        fail(prog, one_line(str(exc)))

@@ -25,13 +25,15 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from simulator.build import build_policy, build_simulation
-from simulator.cli import check_group_choices, report_user_errors
+from simulator.cli import HydraCommand, preflight, report_user_errors
 from simulator.records import write_run_files
 
 log = logging.getLogger(__name__)
 
 PROG = "pacml-sim"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "policy", "scenario", "experiment")
+#: What ``pacml-sim``'s config holds, for the one check before any work (simulator/schema.py).
+COMMAND = HydraCommand(PROG, "sim")
 
 
 def run_config(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -61,7 +63,7 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config minus keys that do not change results (for the resume check)."""
     data = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
-    for key in ("progress", "skip_finished", "out_dir"):
+    for key in ("progress", "skip_finished", "out_dir", "max_arrivals"):
         data.pop(key, None)
     return data
 
@@ -84,6 +86,8 @@ def _already_done(out: Path, cfg: DictConfig) -> bool:
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="sim")
 def _hydra_main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
+    # Checked again here: a sweep's jobs get values (e.g. from an experiment) preflight did not see.
+    report_user_errors(PROG, lambda: COMMAND.validate(cfg, list(hc.overrides.task)))
     out = Path(cfg.out_dir) if cfg.get("out_dir") else Path(hc.runtime.output_dir)
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
     if cfg.get("skip_finished", True) and _already_done(out, cfg):
@@ -102,7 +106,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry point (``pacml-sim``)."""
-    check_group_choices(PROG, sys.argv[1:], GROUPS)
+    preflight(COMMAND, sys.argv[1:])
     _hydra_main()
 
 

@@ -123,7 +123,7 @@ def test_imitating_existing_demonstrations_skips_collection(demos, tmp_path) -> 
 
 @pytest.mark.parametrize(("override", "message"), [
     ("distill.checkpoint=nope", "field 'distill.checkpoint': no policy checkpoint at 'nope'"),
-    ("+distill.nope=1", "field 'distill': unknown keys ['nope']"),
+    ("+distill.nope=1", "field 'distill.nope': unknown key"),
 ])
 def test_console_command_bad_input_is_one_line(tmp_path, override: str, message: str) -> None:
     import subprocess

@@ -46,6 +46,12 @@ def _positive(value: float, field: str) -> float:
     return float(value)
 
 
+def _non_negative(value: float, field: str) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise WorkloadError(f"must be a finite number >= 0, got {value!r}", field=field)
+    return float(value)
+
+
 class FixedInterval:
     """Deterministic arrivals every ``interval_s`` starting at ``start_s`` (the paper's process).
 
@@ -56,9 +62,7 @@ class FixedInterval:
 
     def __init__(self, interval_s: float, start_s: float = 0.0) -> None:
         self.interval_s = _positive(interval_s, "arrivals.interval_s")
-        if not math.isfinite(start_s) or start_s < 0:
-            raise WorkloadError(f"must be >= 0, got {start_s}", field="arrivals.start_s")
-        self.start_s = float(start_s)
+        self.start_s = _non_negative(start_s, "arrivals.start_s")
 
     def arrivals(self, rng: np.random.Generator) -> Iterator[Arrival]:
         """Yield ``start_s + k * interval_s`` for k = 0, 1, ... (computed, not accumulated)."""
@@ -83,7 +87,7 @@ class Poisson:
             self.mean_interval_s = 1.0 / _positive(rate_per_s, "arrivals.rate_per_s")
         else:
             self.mean_interval_s = _positive(mean_interval_s, "arrivals.mean_interval_s")  # type: ignore[arg-type]
-        self.start_s = float(start_s)
+        self.start_s = _non_negative(start_s, "arrivals.start_s")
 
     def arrivals(self, rng: np.random.Generator) -> Iterator[Arrival]:
         """Yield arrivals with i.i.d. exponential gaps."""
@@ -183,6 +187,8 @@ class TraceReplay:
         self.time_scale = _positive(time_scale, "arrivals.time_scale")
         if unmapped not in ("error", "skip"):
             raise WorkloadError(f"must be 'error' or 'skip', got {unmapped!r}", field="arrivals.unmapped")
+        if not isinstance(repeat, bool):
+            raise WorkloadError(f"must be true or false, got {repeat!r}", field="arrivals.repeat")
         self.repeat = repeat
         self.jobs = read_gavel_trace(self.path)
         self._models: list[str | None] = []

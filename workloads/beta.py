@@ -34,7 +34,7 @@ class PmfBeta:
     """A discrete distribution over ``values`` with probabilities ``probs``.
 
     Args:
-        values: Support (each > 0).
+        values: Support (each in (0, 1]: a target above the sequential JCT means nothing).
         probs: Probabilities (>= 0, summing to 1 within 1e-6; renormalised exactly).
         name: Label used in records and plots.
     """
@@ -46,9 +46,9 @@ class PmfBeta:
         if v.ndim != 1 or v.size == 0 or v.shape != p.shape:
             raise WorkloadError(f"values and probs must be equal-length non-empty lists "
                                 f"(got {v.size} values, {p.size} probs)", field=field)
-        if not np.all(np.isfinite(v)) or np.any(v <= 0):
-            raise WorkloadError(f"every value must be a finite number > 0, got {v[(v <= 0) | ~np.isfinite(v)][:3].tolist()}",
-                                field=field)
+        if not np.all(np.isfinite(v)) or np.any(v <= 0) or np.any(v > 1):
+            raise WorkloadError(f"every value must be > 0 and <= 1 (a target is a fraction of the "
+                                f"sequential JCT), got {v[(v <= 0) | (v > 1) | ~np.isfinite(v)][:3].tolist()}", field=field)
         if not np.all(np.isfinite(p)) or np.any(p < 0):
             raise WorkloadError("probabilities must be finite and >= 0", field=field)
         if not math.isclose(float(p.sum()), 1.0, abs_tol=1e-6):
@@ -101,11 +101,12 @@ class PaperBeta(PmfBeta):
 
 
 class FixedBeta:
-    """Every job gets the same ``value``."""
+    """Every job gets the same ``value`` (in (0, 1]: a fraction of the sequential JCT)."""
 
     def __init__(self, value: float) -> None:
-        if not (math.isfinite(value) and value > 0):
-            raise WorkloadError(f"must be a finite number > 0, got {value}", field="beta.value")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value <= 1):
+            raise WorkloadError(f"must be a number in (0, 1] (a fraction of the sequential JCT), got {value!r}",
+                                field="beta.value")
         self.value = float(value)
         self.name = f"fixed({value:g})"
 
@@ -115,11 +116,17 @@ class FixedBeta:
 
 
 class UniformBeta:
-    """Uniform over ``[low, high]``, rounded to ``decimals`` places if given."""
+    """Uniform over ``[low, high]`` (within (0, 1]), rounded to ``decimals`` places if given."""
 
     def __init__(self, low: float, high: float, decimals: int | None = 2) -> None:
-        if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
-            raise WorkloadError(f"need 0 < low <= high, got low={low}, high={high}", field="beta")
+        for key, bound in (("low", low), ("high", high)):
+            if isinstance(bound, bool) or not isinstance(bound, int | float) or not (0 < bound <= 1):
+                raise WorkloadError(f"must be a number in (0, 1] (a fraction of the sequential JCT), got {bound!r}",
+                                    field=f"beta.{key}")
+        if low > high:
+            raise WorkloadError(f"need low <= high, got low={low}, high={high}", field="beta.low")
+        if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0):
+            raise WorkloadError(f"must be null or an integer >= 0, got {decimals!r}", field="beta.decimals")
         self.low, self.high, self.decimals = float(low), float(high), decimals
         self.name = f"uniform({low:g},{high:g})"
 

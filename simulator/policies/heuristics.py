@@ -9,13 +9,16 @@ job. Set ``mask: feasible`` to give them the exact feasibility instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from simulator.cluster import ClusterState
-from simulator.errors import InvalidDecision
+from simulator.errors import ConfigError, InvalidDecision
 from simulator.feasibility import FeasibilityTable, MaskKind
 from simulator.policy import Decision
+from simulator.topology import RampTopology
 from workloads.jobs import JobSpec
 
 
@@ -27,7 +30,7 @@ def _valid_degrees(state: ClusterState, mask: MaskKind) -> list[int]:
 
 def _check_mask(mask: str) -> MaskKind:
     if mask not in ("paper", "placeable", "feasible"):
-        raise ValueError(f"mask must be 'paper', 'placeable' or 'feasible', got {mask!r}")
+        raise ValueError(f"policy.mask must be 'paper', 'placeable' or 'feasible', got {mask!r}")
     return mask  # type: ignore[return-value]
 
 
@@ -39,7 +42,7 @@ class ParaMax:
         mask: Which degrees count as allowed (``paper`` reproduces the original).
     """
 
-    def __init__(self, max_degree: int = 16, mask: str = "paper") -> None:
+    def __init__(self, max_degree: int = 16, mask: MaskKind = "paper") -> None:
         self.max_degree = max_degree
         self.mask = _check_mask(mask)
 
@@ -59,7 +62,7 @@ class ParaMin:
     the largest allowed degree if none is that large (spec §13, ``AcceptableJCT``).
     """
 
-    def __init__(self, mask: str = "paper") -> None:
+    def __init__(self, mask: MaskKind = "paper") -> None:
         self.mask = _check_mask(mask)
 
     def reset(self, seed: int | None = None) -> None:
@@ -78,7 +81,7 @@ class ParaMin:
 class RandomPolicy:
     """Uniformly random allowed degree (its own seeded RNG)."""
 
-    def __init__(self, mask: str = "paper", seed: int | None = None) -> None:
+    def __init__(self, mask: MaskKind = "paper", seed: int | None = None) -> None:
         self.mask = _check_mask(mask)
         self._seed = seed
         self.rng = np.random.default_rng(seed)
@@ -100,6 +103,13 @@ class FixedDegree:
         if isinstance(degree, bool) or not isinstance(degree, int) or degree < 0:
             raise ValueError(f"policy.degree must be an integer >= 0, got {degree!r}")
         self.degree = degree
+
+    @staticmethod
+    def check_config(node: Mapping[str, Any], topology: RampTopology) -> None:
+        """Before any work: the degree must be one the cluster offers (hook of ``build.check_buildable``)."""
+        degree = node.get("degree", 1)
+        if isinstance(degree, int) and degree and degree not in topology.degrees:
+            raise ConfigError(f"policy.degree={degree} is not offered on this cluster (degrees: {topology.degrees})")
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless."""

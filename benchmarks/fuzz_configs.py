@@ -1,0 +1,509 @@
+"""Fuzz the console commands with generated command lines (good and bad overrides).
+
+A seeded grammar builds each command line from *atoms*: one or a few overrides (or arguments)
+labelled good or bad. A bad atom is clearly invalid (a wrong type, an out-of-range value, an
+unknown key, a typo, a null, a list, a bad group choice, an enormous episode, unparsable syntax)
+and names the keys or words an error about it must mention. Atoms that touch the same config
+keys are never combined, so a command line is bad exactly when one of its atoms is.
+
+Each command line runs in-process through the command's own entry checks (for the Hydra
+commands: :func:`simulator.cli.preflight`, then, for ``pacml-sim``, building the simulation and
+the policy: everything before the episode runs; for ``pacml-train`` and ``pacml-distill``,
+building the simulation), catching ``SystemExit``; a sample also runs through the installed
+console scripts (the Hydra ones with ``--cfg job``, which validates and prints the config
+without running). Rules checked on every line:
+
+- no traceback (an exception escaping, or ``Traceback`` on stderr);
+- a bad line is rejected (exit status 2) and a good one accepted (exit status 0);
+- a rejection is exactly one line on stderr, ``prog: error: ...``, naming a key (or file,
+  option) of a bad atom.
+
+Usage: python benchmarks/fuzz_configs.py [--per-command 300] [--console-sample 12] [--seed 0]
+Exit status 0 when every rule holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SHIPPED_GRAPH = ROOT / "workloads" / "data" / "pipedream" / "resnet18" / "graph.txt"
+
+
+@dataclass(frozen=True)
+class Atom:
+    """A piece of a command line.
+
+    Attributes:
+        args: Overrides or arguments, in order.
+        bad: Whether the piece is clearly invalid.
+        names: Words a rejection must mention (a key, option or file); any one suffices.
+        touches: Config keys (or argument slots) the piece sets; pieces sharing one are not combined.
+    """
+
+    args: tuple[str, ...]
+    bad: bool
+    names: tuple[str, ...] = ()
+    touches: frozenset[str] = field(default_factory=frozenset)
+
+
+def good(*args: str, touches: str | tuple[str, ...] = ()) -> Atom:
+    """A valid piece (touching the keys of its overrides unless ``touches`` says more)."""
+    keys = {a.split("=", 1)[0].lstrip("+~").split(".")[0] for a in args}
+    extra = (touches,) if isinstance(touches, str) else touches
+    return Atom(tuple(args), False, (), frozenset(keys | set(extra)))
+
+
+def bad(*args: str, names: str | tuple[str, ...] = (), touches: str | tuple[str, ...] = ()) -> Atom:
+    """A clearly invalid piece; a rejection must name one of ``names`` (default: its keys)."""
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in args if "=" in a]
+    named = (names,) if isinstance(names, str) else names
+    extra = (touches,) if isinstance(touches, str) else touches
+    return Atom(tuple(args), True, tuple(named or keys), frozenset({k.split(".")[0] for k in keys} | set(extra)))
+
+
+# ------------------------------------------------------------------------------- grammar
+def _typo(rng: random.Random, word: str, known: set[str]) -> str | None:
+    """A one-edit misspelling of ``word`` that is not itself a known key."""
+    for _ in range(10):
+        i = rng.randrange(len(word))
+        kind = rng.randrange(3)
+        if kind == 0 and len(word) > 2:
+            cand = word[:i] + word[i + 1:]
+        elif kind == 1:
+            cand = word[:i] + word[i] + word[i:]
+        else:
+            cand = word[:i] + rng.choice("aeiorstx") + word[i + 1:]
+        if cand != word and cand not in known and "." not in cand[-1:] and cand.strip(".") == cand:
+            return cand
+    return None
+
+
+INT_KEYS = ["seed", "workload.num_training_steps"]
+FLOAT_KEYS = ["mean_interarrival_s", "sim.min_op_time_s", "workload.profile_time_unit_s"]
+BOOL_KEYS = ["sim.comm_quirks", "progress"]
+WRONG_INT = ["abc", "1.5", "[0]", "null", "true", "{a: 1}", "''", "1e3"]
+WRONG_FLOAT = ["abc", "[1]", "null", "true", "nan", "inf", "-inf", "1e400", "{a: 1}"]
+WRONG_BOOL = ["maybe", "1", "0", "yes", "null", "[true]", "'true'"]
+
+
+def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list[Atom], list[Atom]]:
+    """Good and bad pieces of a ``pacml-sim`` / ``-train`` / ``-distill`` command line."""
+    g: list[Atom] = [
+        good(f"seed={rng.randrange(2**31)}"),
+        good(f"horizon_s={rng.choice(['1e4', '5e4', '1e5', '1e6', '20000.0'])}"),
+        good(f"mean_interarrival_s={rng.choice(['100', '500', '1000.0', '2000'])}"),
+        good(f"beta={rng.choice(['A', 'B', 'C', 'D', 'uniform', 'pmf', 'fixed'])}"),
+        good("beta=fixed", f"beta.value={rng.choice(['0.3', '1', '0.05'])}"),
+        good("beta=uniform", "beta.low=0.2", "beta.high=0.9"),
+        good(f"cluster={rng.choice(['ramp32', 'ramp64'])}"),
+        good(f"sim.comm_quirks={rng.choice(['true', 'false'])}"),
+        good(f"sim.placement={rng.choice(['block', 'op_first_fit'])}"),
+        good(f"sim.edge_sizing={rng.choice(['paper', 'activation'])}"),
+        good("sim.min_op_time_s=0.001"),
+        good(f"horizon_accounting={rng.choice(['drain', 'paper'])}"),
+        good("arrivals=poisson"),
+        good(f"workload.num_training_steps={rng.choice([1, 10, 100])}"),
+        good(f"workload.graphs={rng.choice(['resnet18', '[resnet18,vgg16]', 'paper', 'all'])}"),
+        good("scenario=physical", touches=("horizon_s", "mean_interarrival_s", "sim", "workload")),
+        good("max_arrivals=2000000"),
+        good("progress=false"),
+    ]
+    b: list[Atom] = []
+    for key in INT_KEYS:
+        b.append(bad(f"{key}={rng.choice(WRONG_INT)}"))
+    for key in FLOAT_KEYS:
+        b.append(bad(f"{key}={rng.choice(WRONG_FLOAT)}"))
+    for key in BOOL_KEYS:
+        b.append(bad(f"{key}={rng.choice(WRONG_BOOL)}"))
+    b += [
+        bad(f"seed={rng.choice(['-1', str(2**64), '-100'])}"),
+        bad(f"horizon_s={rng.choice(['-1', '0', 'abc', '[1e5]', 'null'])}", names=("horizon_s",),
+            touches="arrivals"),
+        bad(f"mean_interarrival_s={rng.choice(['0', '-5'])}"),
+        bad(f"horizon_accounting={rng.choice(['bogus', 'Drain', '1'])}"),
+        bad(f"sim.placement={rng.choice(['first_fit', 'null', '3'])}"),
+        bad(f"sim.edge_sizing={rng.choice(['x', 'PAPER'])}"),
+        bad("workload.num_training_steps=0"),
+        bad("workload.weights=[1,-1,1,1,1]"),
+        bad("beta=fixed", f"beta.value={rng.choice(['1.5', '0', '-0.2', 'abc', 'null'])}",
+            names="beta.value"),
+        bad("beta=uniform", f"beta.high={rng.choice(['2', '1.01', 'abc'])}", names="beta.high"),
+        bad("beta=uniform", "beta.low=0.9", "beta.high=0.1", names=("beta.low", "beta.high")),
+        bad("beta=pmf", "beta.values=[0.5,2,1]", names="beta"),
+        bad(f"cluster.num_racks_per_group={rng.choice(['0', '-1', '1.5', 'abc'])}"),
+        bad(f"cluster.max_degree={rng.choice(['0', 'x', 'null'])}"),
+        bad(f"cluster.memory_capacity_bytes={rng.choice(['-1', '0', 'abc'])}"),
+        bad(f"{rng.choice(['sim', 'workload', 'cluster', 'arrivals', 'beta'])}=null",
+            touches=("sim", "workload", "cluster", "arrivals", "beta")),
+        bad("workload.graphs=null"),
+        bad("workload.graphs=[]"),
+        bad(f"{rng.choice(['seed', 'horizon_s', 'sim', 'workload.num_training_steps'])}=[1]"),
+        bad(f"{rng.choice(['foo', 'horizon', 'seeds', 'beta_name'])}=1"),
+        bad(f"{rng.choice(['cluster', 'sim', 'workload', 'arrivals'])}.foo=1"),
+        bad(f"+{rng.choice(['foo', 'sim.foo', 'workload.bar'])}=1"),
+        bad(f"{rng.choice(['policy', 'beta', 'cluster', 'scenario', 'arrivals', 'workload'])}="
+            f"{rng.choice(['nope', 'para_mx', 'E', 'ramp33', 'papr', 'poison', 'al'])}"),
+        bad("mean_interarrival_s=1e-3", names=("max_arrivals", "mean_interarrival_s"),
+            touches=("horizon_s", "max_arrivals")),
+        bad("horizon_s=1e12", names=("max_arrivals", "horizon_s"), touches=("mean_interarrival_s", "max_arrivals")),
+        bad("arrivals=poisson", "arrivals.mean_interval_s=1e-6", names=("max_arrivals", "arrivals"),
+            touches=("max_arrivals", "horizon_s")),
+        bad(rng.choice(["seed=[", "seed='abc", "=1", "seed=${", "horizon_s=)", "seed=1=2="]), names=("seed", "horizon_s",
+                                                                                              "=1")),
+        bad("seed=0,1", names="seed"),
+        bad(rng.choice(["--foo", "--multirun-now", "-z"]), names=("--foo", "--multirun-now", "-z"), touches="flags"),
+        bad("--config-dir=/nonexistent/conf", names="config-dir", touches="flags"),
+        bad("seed=${nope}", names="seed"),
+        bad("~seed", names="seed"),
+        bad("max_arrivals=0"),
+    ]
+    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 3):
+        last = key.rpartition(".")[2]
+        typo = _typo(rng, last, {k.rpartition(".")[2] for k in known})
+        if typo:
+            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
+            b.append(bad(f"{full}=1", names=(full,)))
+    if command == "pacml-sim":
+        g += [
+            good(f"policy={rng.choice(['para_max', 'para_min', 'random', 'min_feasible', 'sequential', 'fixed'])}"),
+            good("policy=fixed", f"policy.degree={rng.choice([1, 2, 4, 8, 16])}"),
+            good("policy=random", "policy.seed=3"),
+            good("policy._target_=simulator.policies.heuristics.ParaMin"),
+            good("skip_finished=false"),
+            good(f"out_dir={tempfile.gettempdir()}/pacml-fuzz-out"),
+        ]
+        b += [
+            bad("policy=fixed", f"policy.degree={rng.choice(['3', '-1', '1.5', 'abc', '[4]'])}", names="policy.degree"),
+            bad(f"policy._target_={rng.choice(['nope.Missing', 'simulator.policies.heuristics.Nope', '123'])}",
+                names="policy._target_"),
+            bad(f"policy.max_degree={rng.choice(['abc', 'null', '1.5'])}", touches="policy"),
+            bad("policy.mask=bogus", touches="policy"),
+            bad("policy=null", names="policy"),
+            bad("skip_finished=maybe"),
+            bad("out_dir=''"),
+        ]
+    elif command == "pacml-train":
+        g += [
+            good("ppo.total_steps=1000"), good("ppo.gamma=0.99"), good("ppo.warmstart=null"),
+            good(f"ppo.mask={rng.choice(['paper', 'feasible', 'placeable'])}"), good("ppo.eval_seeds=[1,2]"),
+            good("reward.success=2.0"), good("ppo.time_budget_s=null"),
+        ]
+        b += [
+            bad(f"ppo.gamma={rng.choice(['2', '-0.1', 'abc'])}"), bad(f"ppo.num_envs={rng.choice(['0', '1.5', 'x'])}"),
+            bad(f"ppo.learning_rate={rng.choice(['-1', '0', 'fast'])}"),
+            bad(f"ppo.warmstart={rng.choice(['maybe', '1', 'true'])}"),
+            bad("ppo.foo=1"), bad("ppo=null"), bad("reward.success=abc"), bad("reward._target_=nope.X"),
+            bad("resume=''"), bad("ppo.eval_seeds=[]"), bad(f"ppo.mask={rng.choice(['all', 'null'])}"),
+            bad("ppo.time_budget_s=-5"), bad("ppo.anneal_lr=sometimes"),
+        ]
+    else:
+        g += [
+            good(f"distill.mode={rng.choice(['imitate', 'critic'])}"), good("distill.episodes=4"),
+            good("distill.margin_jobs=0.5"), good("distill.critic_margins=[0.0,0.2]"),
+            good("distill.soft_temperature_jobs=0.5"), good("distill.time_budget_s=60"),
+        ]
+        b += [
+            bad(f"distill.mode={rng.choice(['x', 'null', 'Critic'])}"),
+            bad(f"distill.episodes={rng.choice(['0', '-1', 'abc'])}"),
+            bad("distill.critic_margins=[-1]"), bad("distill.eval_seeds=[]"), bad("distill.episods=3"),
+            bad("distill=null"), bad("distill.workers=0"), bad("distill.learning_rate=abc"),
+        ]
+    return g, b
+
+
+def graph_atoms(rng: random.Random, tmp: Path, n: int) -> tuple[list[Atom], list[Atom]]:
+    """Good and bad ``pacml-graph`` command lines (each atom is a whole command line)."""
+    notgraph = tmp / "notes.txt"
+    g = [
+        good("validate", str(SHIPPED_GRAPH), touches="cmd"),
+        good("info", rng.choice(["resnet18", "paper", "vgg16"]), touches="cmd"),
+        good("info", "resnet18", "squeezenet1_0", touches="cmd"),
+        good("convert", "resnet18", str(tmp / f"out_{n}.json"), touches="cmd"),
+        good("--time-unit-s", rng.choice(["1e-3", "1", "0.5"]), "info", "resnet18", touches="cmd"),
+        good("validate", str(SHIPPED_GRAPH.parent), touches="cmd"),
+    ]
+    b = [
+        bad("--time-unit-s", rng.choice(["abc", "nan", "inf", "-1", "0", "1e400", ""]), "info", "resnet18",
+            names="--time-unit-s", touches="cmd"),
+        bad("validate", names="paths", touches="cmd"),
+        bad("info", rng.choice(["nope", "resnet19", "pap"]), names=("nope", "resnet19", "pap"), touches="cmd"),
+        bad("validate", "/nonexistent/graph.json", names="/nonexistent/graph.json", touches="cmd"),
+        bad("convert", "resnet18", names="dst", touches="cmd"),
+        bad("convert", "nope", str(tmp / "x.json"), names="nope", touches="cmd"),
+        bad("convert", "resnet18", str(notgraph / "x.json"), names=str(notgraph / "x.json"), touches="cmd"),
+        bad(rng.choice(["frob", "valdate", "inf"]), names=("frob", "valdate", "inf"), touches="cmd"),
+        bad(rng.choice(["--foo", "-x"]), "info", "resnet18", names=("--foo", "-x"), touches="cmd"),
+        bad(names="command", touches="cmd"),
+        bad("validate", str(notgraph), names=str(notgraph), touches="cmd"),
+        bad("info", "resnet18", "--time-unit-s", names="--time-unit-s", touches="cmd"),
+    ]
+    return g, b
+
+
+def report_atoms(rng: random.Random, tmp: Path, sweep: Path, n: int) -> tuple[list[Atom], list[Atom]]:
+    """Good and bad ``pacml-report`` command lines."""
+    afile = tmp / "afile.txt"
+    empty = tmp / "empty"
+    g = [good(str(sweep), "--out", str(tmp / f"report_{n % 3}"), touches="cmd")]
+    b = [
+        bad("/nonexistent/sweep", names="/nonexistent/sweep", touches="cmd"),
+        bad(str(afile), names=str(afile), touches="cmd"),
+        bad(str(empty), names=str(empty), touches="cmd"),
+        bad(names="sweep_dir", touches="cmd"),
+        bad(str(sweep), "--out", str(afile), names=("--out", str(afile)), touches="cmd"),
+        bad(str(sweep), rng.choice(["--foo", "--out", "-x"]), names=("--foo", "--out", "-x"), touches="cmd"),
+        bad(str(sweep), str(sweep), names=("unrecognized",), touches="cmd"),
+        bad("--out", names=("--out",), touches="cmd"),
+    ]
+    return g, b
+
+
+def command_line(rng: random.Random, goods: list[Atom], bads: list[Atom], p_bad: float,
+                 max_atoms: int = 3) -> tuple[list[str], list[Atom]]:
+    """1..max_atoms pieces, at most one of them bad, never two touching the same key."""
+    chosen: list[Atom] = []
+    if rng.random() < p_bad:
+        chosen.append(rng.choice(bads))
+    for _ in range(rng.randint(0 if chosen else 1, max_atoms - len(chosen))):
+        atom = rng.choice(goods)
+        if all(not (atom.touches & c.touches) for c in chosen):
+            chosen.append(atom)
+    rng.shuffle(chosen)
+    chosen.sort(key=lambda atom: "flags" not in atom.touches)  # options before overrides, as argparse needs
+    args = [a for atom in chosen for a in atom.args]
+    return args, chosen
+
+
+# ------------------------------------------------------------------------------- running
+@dataclass
+class Outcome:
+    """What one command line did."""
+
+    code: int
+    stderr: str
+    traceback: str = ""
+
+
+def run_inprocess(call: Callable[[], Any]) -> Outcome:
+    """Run ``call`` capturing stdout/stderr and ``SystemExit``; an escaping exception is a traceback."""
+    err, out = io.StringIO(), io.StringIO()
+    code, tb = 0, ""
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            call()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - exactly what the fuzzer counts
+            tb = traceback.format_exc()
+            code = 1
+    return Outcome(code, err.getvalue(), tb)
+
+
+def hydra_entry(command: str) -> Callable[[list[str]], None]:
+    """The in-process body of a Hydra command: its preflight, then building what runs first."""
+    from simulator.build import build_policy, build_simulation
+    from simulator.cli import preflight, report_user_errors
+
+    if command == "pacml-sim":
+        from simulator.run import COMMAND as cmd
+    elif command == "pacml-train":
+        from pacml.train import COMMAND as cmd
+    else:
+        from pacml.distill import command as make
+        cmd = make()
+
+    def body(argv: list[str]) -> None:
+        cfg = preflight(cmd, argv)
+        if cfg is None:
+            return
+
+        def build() -> None:
+            build_simulation(cfg)
+            if command == "pacml-sim":
+                build_policy(cfg)
+
+        report_user_errors(command, build)
+
+    return body
+
+
+def argparse_entry(command: str) -> Callable[[list[str]], None]:
+    """``main(argv)`` of an argparse command (it always ends in ``SystemExit`` or returns)."""
+    if command == "pacml-graph":
+        from workloads.graph_cli import main
+    else:
+        from analysis.report import main
+    return lambda argv: main(argv)
+
+
+def known_keys() -> set[str]:
+    """Dotted keys of the default ``pacml-sim`` config (typos must not hit one)."""
+    from simulator.cli import HydraCommand, _Composer, _hydra_args
+    from simulator.schema import flat_keys
+
+    cmd = HydraCommand("fuzz", "sim")
+    return set(flat_keys(_Composer(cmd, _hydra_args(cmd, [])).compose([])))
+
+
+@dataclass
+class Tally:
+    """The figures printed per command."""
+
+    tried: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    tracebacks: int = 0
+    invalid_accepted: int = 0
+    valid_rejected: int = 0
+    not_naming: int = 0
+    multi_line: int = 0
+    bad_status: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, prog: str, args: list[str], atoms: list[Atom], out: Outcome) -> None:
+        """Score one outcome."""
+        self.tried += 1
+        is_bad = any(a.bad for a in atoms)
+        problem = ""
+        if out.traceback or "Traceback" in out.stderr:
+            self.tracebacks += 1
+            problem = "traceback: " + (out.traceback or out.stderr).strip().splitlines()[-1]
+        if out.code == 0:
+            self.accepted += 1
+            if is_bad:
+                self.invalid_accepted += 1
+                problem = problem or "bad line accepted"
+        else:
+            self.rejected += 1
+            if out.code != 2:
+                self.bad_status += 1
+                problem = problem or f"exit status {out.code}"
+            lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+            errors = [ln for ln in lines if ln.startswith(prog) and ": error: " in ln]
+            if len(lines) != 1 or len(errors) != 1:
+                self.multi_line += 1
+                problem = problem or f"{len(lines)} lines on stderr"
+            if not is_bad:
+                self.valid_rejected += 1
+                problem = problem or "good line rejected"
+            else:
+                names = [n for a in atoms if a.bad for n in a.names]
+                if not any(n.lower() in out.stderr.lower() for n in names):
+                    self.not_naming += 1
+                    problem = problem or f"error names none of {names}"
+        if problem and len(self.examples) < 8:
+            self.examples.append(f"{prog} {' '.join(args)} -> {problem} | {out.stderr.strip()[:200]}")
+
+    def row(self) -> str:
+        """One table row."""
+        return (f"{self.tried:6d} {self.accepted:8d} {self.rejected:8d} {self.tracebacks:10d} "
+                f"{self.invalid_accepted:16d} {self.valid_rejected:14d} {self.not_naming:10d} "
+                f"{self.multi_line:10d} {self.bad_status:10d}")
+
+
+HEADER = ("command          where      tried accepted rejected tracebacks invalid_accepted "
+          "valid_rejected not_naming multi_line bad_status")
+HYDRA_COMMANDS = ("pacml-sim", "pacml-train", "pacml-distill")
+COMMANDS = (*HYDRA_COMMANDS, "pacml-graph", "pacml-report")
+
+
+def generate(command: str, rng: random.Random, tmp: Path, sweep: Path, known: set[str],
+             n: int) -> tuple[list[str], list[Atom]]:
+    """The ``n``-th command line of ``command``."""
+    if command in HYDRA_COMMANDS:
+        goods, bads = hydra_atoms(rng, command, known)
+        return command_line(rng, goods, bads, p_bad=0.7)
+    if command == "pacml-graph":
+        goods, bads = graph_atoms(rng, tmp, n)
+    else:
+        goods, bads = report_atoms(rng, tmp, sweep, n)
+    return command_line(rng, goods, bads, p_bad=0.75, max_atoms=1)
+
+
+def make_sweep(tmp: Path) -> Path:
+    """A two-run sweep for ``pacml-report`` (short paper-scenario episodes)."""
+    from hydra import compose, initialize_config_dir
+
+    from simulator.run import run_config
+
+    sweep = tmp / "sweep"
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        for policy in ("para_max", "para_min"):
+            cfg = compose(config_name="sim", overrides=[f"policy={policy}", "horizon_s=2e4", "progress=false"])
+            run_config(cfg, sweep / f"policy={policy}", {"policy": policy, "beta": "A", "scenario": "paper"})
+    return sweep
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fuzzer; print the table; return 0 when every rule holds."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-command", type=int, default=300)
+    parser.add_argument("--console-sample", type=int, default=12, help="command lines per command run as processes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--commands", nargs="+", default=list(COMMANDS), choices=COMMANDS)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.disable(logging.CRITICAL)  # the commands' own log lines are not errors
+    known = known_keys()
+    results: dict[str, dict[str, Any]] = {}
+    failed = False
+    print(HEADER)
+    with tempfile.TemporaryDirectory(prefix="pacml-fuzz-") as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "afile.txt").write_text("not a sweep\n")
+        (tmp / "notes.txt").write_text("just some notes, not a graph\n")
+        (tmp / "empty").mkdir()
+        sweep = make_sweep(tmp) if "pacml-report" in args.commands else tmp
+        for command in args.commands:
+            rng = random.Random(f"{args.seed}:{command}")
+            entry = hydra_entry(command) if command in HYDRA_COMMANDS else argparse_entry(command)
+            lines = [generate(command, rng, tmp, sweep, known, n) for n in range(args.per_command)]
+            start = time.perf_counter()
+            inproc = Tally()
+            for line_args, atoms in lines:
+                inproc.add(command, line_args, atoms, run_inprocess(lambda a=line_args, e=entry: e(list(a))))
+            inproc_s = time.perf_counter() - start
+            console = Tally()
+            start = time.perf_counter()
+            for line_args, atoms in random.Random(f"{args.seed}:{command}:console").sample(
+                    lines, min(args.console_sample, len(lines))):
+                extra = ["--cfg", "job"] if command in HYDRA_COMMANDS else []
+                proc = subprocess.run([str(BIN / command), *line_args, *extra], capture_output=True, text=True,
+                                      timeout=300, cwd=tmp)
+                console.add(command, line_args, atoms, Outcome(proc.returncode, proc.stderr))
+            console_s = time.perf_counter() - start
+            print(f"{command:16s} in-process {inproc.row()}")
+            print(f"{'':16s} console    {console.row()}")
+            for tally in (inproc, console):
+                for example in tally.examples:
+                    print(f"    ! {example}")
+                if tally.tracebacks or tally.invalid_accepted or tally.valid_rejected or tally.not_naming \
+                        or tally.multi_line or tally.bad_status:
+                    failed = True
+            results[command] = {"in_process": {**vars(inproc), "wall_s": round(inproc_s, 1)},
+                                "console": {**vars(console), "wall_s": round(console_s, 1)}}
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    print("FAIL" if failed else "OK: 0 tracebacks, 0 invalid accepted, every rejection one line naming its key")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+"""One typed check of a composed config, shared by every console command.
+
+Hydra composes a config; this module checks it once, before any work, and raises
+:class:`~simulator.errors.ConfigError` naming the key at fault:
+
+- plain keys (``seed``, ``horizon_s``, ``sim.*``, ``workload.*``, ``ppo.*``, ...) against a
+  table of types and ranges (:data:`SIM_KEYS`, plus the dataclass sections a command adds);
+- plug-in nodes (``cluster``, ``arrivals``, ``beta``, ``policy``, ``reward``: anything with a
+  ``_target_``) against the target class's ``__init__`` signature: its type hints give the
+  types, and a key the class does not take is an error naming the keys it does take;
+- the size of the episode (:func:`estimate_arrivals`), so that a typo in a rate does not start
+  a run of 20 million arrivals (``max_arrivals``).
+
+Booleans must be real booleans (``maybe`` is not true), integers must be integers (``1.5`` is not
+truncated), and floats must be finite. Ranges beyond the types are checked by the classes
+themselves when they are built (e.g. ``cluster.num_racks_per_group >= 1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import logging
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from simulator.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: Default cap on the arrivals of one episode (``max_arrivals``): the paper's episode has 1,000.
+DEFAULT_MAX_ARRIVALS = 100_000
+#: Seeds go to ``numpy.random.SeedSequence`` (non-negative) and are stored as int64.
+MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The type and range of one config key.
+
+    Attributes:
+        type: A type hint (``int``, ``float``, ``bool``, ``str``, ``X | None``, ``Literal[...]``,
+            ``list[X]``) checked by :func:`check_type`.
+        low: Smallest allowed number (inclusive unless ``low_open``).
+        high: Largest allowed number (inclusive).
+        low_open: ``low`` itself is not allowed (``> low``).
+        non_empty: Lists and strings must not be empty.
+        required: The key must be present (``~seed`` is an error).
+    """
+
+    type: Any
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    non_empty: bool = False
+    required: bool = False
+
+
+def _pos(t: Any = float) -> Rule:
+    return Rule(t, low=0.0, low_open=True)
+
+
+#: Keys every simulator-based command has (``conf/sim.yaml``). Group nodes with a ``_target_``
+#: are checked against their class instead.
+SIM_KEYS: dict[str, Rule] = {
+    "seed": Rule(int, low=0, high=MAX_SEED, required=True),
+    "mean_interarrival_s": _pos(),
+    "horizon_s": _pos(float | None),
+    "horizon_accounting": Rule(typing.Literal["drain", "paper"]),
+    "progress": Rule(bool),
+    "out_dir": Rule(str | None, non_empty=True),
+    "skip_finished": Rule(bool),
+    "max_arrivals": Rule(int, low=1),
+    "sim.min_op_time_s": _pos(),
+    "sim.edge_sizing": Rule(typing.Literal["paper", "activation"]),
+    "sim.placement": Rule(typing.Literal["op_first_fit", "block"]),
+    "sim.comm_quirks": Rule(bool),
+    "workload.graphs": Rule(str | list[str], non_empty=True, required=True),
+    "workload.profile_time_unit_s": _pos(),
+    "workload.num_training_steps": Rule(int, low=1),
+    "workload.weights": Rule(list[float] | None, low=0.0, non_empty=True),
+}
+
+#: Sections that are plug-ins (instantiated from ``_target_``), per command.
+SIM_PLUGINS = ("cluster", "arrivals", "beta", "policy")
+
+
+def _key_list(keys: Iterable[str]) -> str:
+    return ", ".join(sorted(keys))
+
+
+def suggest(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` to ``key``, or ``''``."""
+    known = [k for k in known if not key.startswith(k + ".")]  # not the section the key is in
+    close = difflib.get_close_matches(key, known, n=2, cutoff=0.6)
+    if not close:  # a typo of the last component only: compare within the same section
+        head, _, tail = key.rpartition(".")
+        same = [k for k in known if k.rpartition(".")[0] == head]
+        close = [f"{head}.{m}" if head else m
+                 for m in difflib.get_close_matches(tail, [k.rpartition(".")[2] for k in same], n=2, cutoff=0.5)]
+    if not close:
+        head = key.rpartition(".")[0]
+        inside = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == head) if head else []
+        return f" ({head} has: {', '.join(inside)})" if inside else ""
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+
+
+def flat_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a config (sections and leaves), without resolving values."""
+    keys: list[str] = []
+    if isinstance(node, DictConfig):
+        for k in node:
+            full = f"{prefix}{k}"
+            keys.append(full)
+            child = node._get_node(k)  # no resolution: interpolations stay as they are
+            if isinstance(child, DictConfig):
+                keys += flat_keys(child, full + ".")
+    return keys
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if hint is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if origin in (list, tuple, Sequence, typing.Sequence):
+        args = typing.get_args(hint)
+        return f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
+    if origin in (dict, Mapping, typing.Mapping):
+        return "a mapping"
+    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
+             Path: "a path"}
+    if hint in names:
+        return names[hint]
+    return f"a config node with _target_ ({getattr(hint, '__name__', hint)})"
+
+
+def check_type(value: Any, hint: Any) -> bool:
+    """Whether the plain (resolved) ``value`` fits the type hint ``hint``.
+
+    Unknown hints (protocols, ``Any``, classes) accept a mapping with ``_target_`` or, for
+    ``Any``, anything; numbers must be finite; ``bool`` is not an ``int``.
+    """
+    if hint is Any or hint is inspect.Parameter.empty:
+        return True
+    if hint is type(None) or hint is None:
+        return value is None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(check_type(value, a) for a in typing.get_args(hint))
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in typing.get_args(hint))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is Path:
+        return isinstance(value, str | Path)
+    if origin in (list, tuple, Sequence, typing.Sequence) or hint in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return False
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return not args or all(check_type(v, args[0]) for v in value)
+    if origin in (dict, Mapping, typing.Mapping) or hint is dict:
+        if not isinstance(value, dict):
+            return False
+        args = typing.get_args(hint)
+        return len(args) != 2 or all(check_type(k, args[0]) and check_type(v, args[1]) for k, v in value.items())
+    if isinstance(hint, type) and isinstance(value, hint):
+        return True
+    return isinstance(value, dict) and "_target_" in value
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_rule(key: str, value: Any, rule: Rule) -> None:
+    """Raise :class:`ConfigError` (field ``key``) unless ``value`` obeys ``rule``."""
+    if not check_type(value, rule.type):
+        raise ConfigError(f"must be {_type_name(rule.type)}, got {_describe(value)}", field=key)
+    items = value if isinstance(value, list | tuple) else [value]
+    if rule.non_empty and isinstance(value, list | tuple | str) and len(value) == 0:
+        raise ConfigError("must not be empty", field=key)
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            continue
+        if rule.low is not None and (item < rule.low or (rule.low_open and item == rule.low)):
+            raise ConfigError(f"must be {'>' if rule.low_open else '>='} {rule.low:g}, got {_describe(value)}",
+                              field=key)
+        if rule.high is not None and item > rule.high:
+            raise ConfigError(f"must be <= {rule.high:g}, got {_describe(value)}", field=key)
+
+
+def import_target(path: str, field: str) -> Any:
+    """The class or function a ``_target_`` names, or a one-line :class:`ConfigError`."""
+    if not isinstance(path, str) or "." not in path:
+        raise ConfigError(f"must be a dotted path like 'package.module.Class', got {_describe(path)}", field=field)
+    module_name, _, attr = path.rpartition(".")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        # A class inside a class (pkg.mod.Outer.Inner) imports pkg.mod and walks the rest.
+        parent, _, outer = module_name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(parent), outer) if parent else None
+        except (ImportError, AttributeError):
+            obj = None
+        if obj is None:
+            raise ConfigError(f"cannot import {path!r}: {exc} (a module in the working directory is "
+                              "found; elsewhere, install it or put its folder on PYTHONPATH)", field=field) from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
+        raise ConfigError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}", field=field) from None
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        raise ConfigError(f"{module_name!r} has no {attr!r}", field=field) from None
+
+
+def _signature(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """Parameters, type hints and whether ``target`` takes ``**kwargs``."""
+    func = target.__init__ if isinstance(target, type) else target
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return {}, {}, True
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # noqa: BLE001 - unresolvable forward references: check names only
+        hints = {}
+    params = {n: p for n, p in sig.parameters.items()
+              if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    return params, hints, var_kw
+
+
+def check_plugin(cfg: DictConfig, section: str, given: set[str]) -> None:
+    """Check the ``_target_`` node at ``section`` against its class's signature.
+
+    Keys the class does not take are dropped (with a log line) when ``_target_`` itself was
+    changed on the command line and the key came from the group's file (``policy._target_=...``
+    over the default para_max must not pass ``max_degree`` to the user's class); any other
+    unknown key is an error naming the keys the class takes.
+
+    Args:
+        cfg: The composed config (modified in place when keys are dropped).
+        section: Dotted path of the node (``policy``, ``policy.default``).
+        given: Dotted keys set on the command line.
+    """
+    node = OmegaConf.select(cfg, section)
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        return
+    target_path = _plain(cfg, f"{section}._target_")
+    target = import_target(target_path, f"{section}._target_")
+    params, hints, var_kw = _signature(target)
+    name = getattr(target, "__name__", str(target_path))
+    for key in list(node.keys()):
+        key = str(key)
+        if key.startswith("_") and key.endswith("_"):
+            continue
+        full = f"{section}.{key}"
+        if key not in params and not var_kw:
+            if f"{section}._target_" in given and full not in given:
+                log.info("%s: dropping %s (from the group's file; %s does not take it)", section, full, name)
+                with open_dict(node):
+                    del node[key]
+                continue
+            takes = _key_list(params) or "no arguments"
+            raise ConfigError(f"{name} takes no argument {key!r}{suggest(key, params)} (it takes: {takes})",
+                              field=full)
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and "_target_" in child:
+            check_plugin(cfg, full, given)
+            continue
+        hint = hints.get(key, inspect.Parameter.empty)
+        value = _plain(cfg, full)
+        if not check_type(value, hint):
+            raise ConfigError(f"must be {_type_name(hint)}, got {_describe(value)}", field=full)
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in node]
+    if missing:
+        raise ConfigError(f"{name} needs {_key_list(missing)}", field=f"{section}.{missing[0]}")
+
+
+def _plain(cfg: DictConfig, key: str) -> Any:
+    """The resolved plain value at ``key`` (interpolation errors name the key)."""
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_missing=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc).splitlines()[0], field=key) from None
+    if isinstance(value, DictConfig | ListConfig):
+        try:
+            return OmegaConf.to_container(value, resolve=True)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(str(exc).splitlines()[0], field=getattr(exc, "full_key", None) or key) from None
+    return value
+
+
+def dataclass_rules(section: str, cls: type, ranges: Mapping[str, Rule] | None = None) -> dict[str, Rule]:
+    """Rules for a section that becomes the dataclass ``cls`` (types from its fields)."""
+    hints = typing.get_type_hints(cls)
+    rules = {f"{section}.{f.name}": Rule(hints[f.name]) for f in dataclasses.fields(cls)}
+    for key, rule in (ranges or {}).items():
+        rules[f"{section}.{key}"] = rule
+    return rules
+
+
+def estimate_arrivals(cfg: DictConfig) -> float | None:
+    """About how many arrivals the episode of ``cfg`` has (``inf``: never ends; ``None``: unknown)."""
+    arrivals = cfg.get("arrivals")
+    if not isinstance(arrivals, DictConfig):
+        return None
+    target = str(arrivals.get("_target_", ""))
+    horizon = cfg.get("horizon_s")
+    if target == "workloads.arrivals.FixedInterval":
+        interval = arrivals.get("interval_s")
+    elif target == "workloads.arrivals.Poisson":
+        rate = arrivals.get("rate_per_s")
+        interval = 1.0 / rate if rate else arrivals.get("mean_interval_s")
+    elif target == "workloads.arrivals.TraceReplay":
+        return math.inf if horizon is None and arrivals.get("repeat") else None
+    else:
+        return None
+    if horizon is None:
+        return math.inf
+    if not interval or interval <= 0:
+        return None
+    start = arrivals.get("start_s") or 0.0
+    return max(horizon - start, 0.0) / interval + 1.0
+
+
+def check_episode_size(cfg: DictConfig) -> None:
+    """Refuse an episode with more than ``max_arrivals`` arrivals, before any work."""
+    n = estimate_arrivals(cfg)
+    cap = cfg.get("max_arrivals", DEFAULT_MAX_ARRIVALS)
+    if n is None or n <= cap:
+        return
+    if math.isinf(n):
+        raise ConfigError("is null, but these arrivals never end: set horizon_s (seconds)", field="horizon_s")
+    raise ConfigError(
+        f"this episode would have about {n:,.0f} arrivals (horizon_s={cfg.get('horizon_s'):g} s at one "
+        f"every {(cfg.get('horizon_s') / max(n - 1, 1)):.3g} s), more than max_arrivals={cap:,}; check "
+        "horizon_s and mean_interarrival_s, or raise max_arrivals to run it anyway", field="max_arrivals")
+
+
+def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
+                    plugins: Sequence[str] = SIM_PLUGINS, given: Iterable[str] = (),
+                    free: Sequence[str] = (), optional: Sequence[str] = ()) -> DictConfig:
+    """Check every key of a composed config; returns ``cfg`` (pruned of leftover plug-in keys).
+
+    Args:
+        cfg: The composed config, without its ``hydra`` node (modified in place).
+        keys: Rules of the plain keys (dotted).
+        plugins: Sections instantiated from ``_target_`` (checked against their class).
+        given: Dotted keys set on the command line (``policy._target_``, ``seed``).
+        free: Sections not checked here (e.g. a sub-tree the command reads itself).
+        optional: Plug-in sections that may be absent or null.
+
+    Raises:
+        ConfigError: naming the first key at fault.
+    """
+    given = {g.lstrip("+~") for g in given}
+    sections = set(plugins) | {k.split(".")[0] for k in keys if "." in k} | set(free)
+    for key in flat_keys(cfg):
+        top = key.split(".")[0]
+        if key == "hydra" or top == "hydra" or top in free or key in keys:
+            continue
+        if top in plugins:
+            continue
+        if key in sections:
+            node = cfg._get_node(key)
+            if not isinstance(node, DictConfig):
+                value = _plain(cfg, key)
+                raise ConfigError(f"must be a config section, got {_describe(value)}", field=key)
+            continue
+        raise ConfigError(f"unknown key{suggest(key, list(keys) + list(sections))}", field=key)
+    present = set(flat_keys(cfg))
+    for key, rule in keys.items():
+        if key in present:
+            check_rule(key, _plain(cfg, key), rule)
+        elif rule.required:
+            raise ConfigError("is missing", field=key)
+    for section in plugins:
+        if section not in cfg:
+            if section in optional:
+                continue
+            raise ConfigError("is missing", field=section)
+        node = cfg._get_node(section)
+        if section in optional and _plain(cfg, section) is None:
+            continue
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"must be a config section with _target_, got {_describe(_plain(cfg, section))}",
+                              field=section)
+        if "_target_" not in node:
+            raise ConfigError("has no _target_ (the class to build)", field=section)
+        check_plugin(cfg, section, given)
+    check_episode_size(cfg)
+    return cfg
