@@ -85,12 +85,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _time_unit(text: str) -> float:
+    """``--time-unit-s``: a finite number > 0 (``nan``, ``inf`` and ``-1`` are refused)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        value = float("nan")
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
 
 
