@@ -7,7 +7,6 @@ ends the command with one clear line on stderr and exit status 2, never a traceb
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import sys
@@ -64,24 +63,6 @@ def cwd_on_path() -> None:
 def one_line(text: str) -> str:
     """``text`` on one line (Hydra and OmegaConf messages span several)."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """``argparse`` that reports bad arguments in one line (``prog: error: ...``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's hook
-        fail(self.prog, f"{one_line(message)} (see {self.prog.split()[0]} --help)")
-
-
-def positive_float(text: str) -> float:
-    """``argparse`` type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
 
 
 @dataclass(frozen=True)
