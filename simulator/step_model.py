@@ -52,21 +52,25 @@ class StepResult:
     num_deps: int
 
 
-def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.ndarray) -> float:
-    """List-schedule one step of ``pg`` on its servers; return the step time in seconds.
+def list_schedule(out_ptr: list[int], out_dst: list[int], indeg: list[int], out_dur: list[float],
+                  dur: list[float], server: list[int], sources: list[int]) -> tuple[list[float], list[float]]:
+    """The list-scheduling kernel shared by the cluster simulator and the op placer's objectives.
 
-    Args:
-        pg: The partitioned graph.
-        sub_server: Server of each sub-op.
-        dep_time_s: Duration of each dependency.
+    Each server (device) runs one task at a time, to completion; among its ready tasks it starts
+    the shortest first, ties by index. A task is ready when every in-edge has arrived (source
+    finished plus the edge's duration). Edges are given in CSR form: task ``i``'s successors are
+    ``out_dst[out_ptr[i]:out_ptr[i+1]]`` with durations ``out_dur`` at the same positions.
+
+    Returns:
+        ``(start, finish)`` time of every task.
+
+    Raises:
+        RuntimeError: If some task never becomes ready (a cycle).
     """
-    out_ptr, out_dst, indeg, out_dep, sources = pg.schedule_index
-    n = pg.num_sub_ops
-    out_dur = dep_time_s[out_dep].tolist()
-    dur = pg.sub_time_s.tolist()
-    server = sub_server.tolist()
+    n = len(dur)
     pending = list(indeg)
     ready_at = [0.0] * n
+    start = [0.0] * n
     finish = [0.0] * n
     ready: dict[int, list[tuple[float, int]]] = {}
     busy: set[int] = set()
@@ -102,10 +106,25 @@ def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.n
             if queue and s not in busy:
                 _, op = pop(queue)
                 busy.add(s)
+                start[op] = now
                 push(events, (now + dur[op], _FINISH, op))
         touched.clear()
     if any(pending):
-        raise RuntimeError("step model deadlock: the partitioned graph has a cycle")
+        raise RuntimeError("step model deadlock: the graph has a cycle")
+    return start, finish
+
+
+def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.ndarray) -> float:
+    """List-schedule one step of ``pg`` on its servers; return the step time in seconds.
+
+    Args:
+        pg: The partitioned graph.
+        sub_server: Server of each sub-op.
+        dep_time_s: Duration of each dependency.
+    """
+    out_ptr, out_dst, indeg, out_dep, sources = pg.schedule_index
+    _, finish = list_schedule(out_ptr, out_dst, indeg, dep_time_s[out_dep].tolist(), pg.sub_time_s.tolist(),
+                              sub_server.tolist(), sources)
     step = max(finish) if finish else 0.0
     if pg.dep_is_sync.any():
         sync = np.flatnonzero(pg.dep_is_sync)

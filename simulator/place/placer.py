@@ -1,0 +1,115 @@
+"""The op-placer plug-in interface and the simplest baselines.
+
+A placer is any object with ``place(objective, *, seed) -> PlacerResult``; build it with
+``hydra.utils.instantiate`` from ``conf/method/<name>.yaml``. It reads the graph and devices
+from the bound objective (``objective.graph``, ``objective.devices``), may call
+``objective.value`` as often as its budget allows (each call is one evaluation), and returns one
+device per node. Placers keep a group (an op and its backward mirror; a colour class) on one
+device: :func:`expand_groups` turns a per-group assignment into a per-node placement.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.place.objectives import BoundObjective
+
+
+@dataclass
+class PlacerResult:
+    """What a placer returns.
+
+    Attributes:
+        placement: Device index of every node.
+        evaluations: Objective evaluations used.
+        wall_s: Wall time of the method.
+        info: Method-specific facts for ``summary.json`` (e.g. DP states, MIP bound and gap).
+    """
+
+    placement: NDArray[np.int64]
+    evaluations: int = 0
+    wall_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Placer(Protocol):
+    """Puts every node of a graph on a device."""
+
+    name: str
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Return a placement for ``objective.graph`` on ``objective.devices``."""
+        ...
+
+
+def expand_groups(objective: BoundObjective, group_device: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Per-node placement from a per-group assignment."""
+    return np.asarray(group_device, dtype=np.int64)[objective.graph.group]
+
+
+def timed(objective: BoundObjective, run) -> PlacerResult:
+    """Run ``run()`` (returning a placement or a result) and fill in evaluations and wall time."""
+    before = objective.evaluations
+    t0 = time.perf_counter()
+    out = run()
+    result = out if isinstance(out, PlacerResult) else PlacerResult(np.asarray(out, dtype=np.int64))
+    result.wall_s = time.perf_counter() - t0
+    result.evaluations = objective.evaluations - before
+    return result
+
+
+class SingleDevicePlacer:
+    """Everything on the one device that gives the best value and fits (the speed-up baseline)."""
+
+    name = "single"
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Try each device; keep the best feasible (or the first, if none fits)."""
+        def run() -> PlacerResult:
+            n = objective.graph.num_nodes
+            best, best_value = 0, math.inf
+            for d in range(objective.devices.num_devices):
+                value = objective.value(np.full(n, d, dtype=np.int64))
+                if value < best_value:
+                    best, best_value = d, value
+            return PlacerResult(np.full(n, best, dtype=np.int64),
+                                info={"device": objective.devices.names[best]})
+        return timed(objective, run)
+
+
+class RoundRobinPlacer:
+    """Groups dealt to devices in turn, in topological order of their first node."""
+
+    name = "round_robin"
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Deal the groups out one by one."""
+        def run() -> NDArray[np.int64]:
+            g = objective.graph
+            first: dict[int, int] = {}
+            for node in g.topological_order:
+                first.setdefault(int(g.group[node]), len(first))
+            rank = np.array([first[k] for k in range(g.num_groups)], dtype=np.int64)
+            return expand_groups(objective, rank % objective.devices.num_devices)
+        return timed(objective, run)
+
+
+class RandomPlacer:
+    """Each group on a device drawn uniformly at random (seeded)."""
+
+    name = "random"
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Draw one device per group."""
+        def run() -> NDArray[np.int64]:
+            rng = np.random.default_rng(seed)
+            return expand_groups(objective, rng.integers(0, objective.devices.num_devices,
+                                                         objective.graph.num_groups))
+        return timed(objective, run)

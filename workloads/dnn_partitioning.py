@@ -1,0 +1,168 @@
+"""Reader for the JSON graphs of msr-fiddle/dnn-partitioning (Tarnawski et al., NeurIPS 2020).
+
+The format (see ``workloads/data/dnn_partitioning/README.md``): one object with
+``maxSizePerFPGA`` (bytes), ``maxFPGAs``, ``maxCPUs``, ``nodes`` (``id``, ``supportedOnFpga``,
+``cpuLatency`` and ``fpgaLatency`` in milliseconds, ``isBackwardNode``, optional ``colorClass``,
+``size`` in bytes, debug ``name`` / ``layerId``) and ``edges`` (``sourceId``, ``destId``, ``cost``
+in milliseconds, optional ``size``). The result is a :class:`ComputeGraph` with kinds ``cpu``
+and ``accelerator`` (reference), times in seconds, one group per colour class, and the file's
+own device set in ``meta`` (``max_accelerators``, ``accelerator_memory_bytes``, ``max_cpus``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads.compute_graph import ComputeGraph
+from workloads.errors import WorkloadError
+from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, find_cycle
+from workloads.io import read_text
+
+#: Seconds per unit of the file's times (milliseconds).
+DNN_PARTITIONING_TIME_UNIT_S = 1e-3
+#: Device kinds of the format.
+CPU_KIND, ACCELERATOR_KIND = "cpu", "accelerator"
+TOP_KEYS = {"maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"}
+NODE_KEYS = {"id", "supportedOnFpga", "cpuLatency", "fpgaLatency", "isBackwardNode", "colorClass", "size",
+             "name", "layerId"}
+EDGE_KEYS = {"sourceId", "destId", "cost", "size"}
+
+
+def looks_like_dnn_partitioning(document: Any) -> bool:
+    """Whether a parsed JSON document is in this format (by its keys, not the file name)."""
+    return isinstance(document, dict) and "nodes" in document and (
+        "maxFPGAs" in document or "maxSizePerFPGA" in document)
+
+
+def _number(value: Any, path: str, where: str, *, bound: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= bound:
+        raise WorkloadError(f"{where}: expected a number in [0, {bound:g}], got {value!r}", path=path)
+    return float(value)
+
+
+def _flag(value: Any, path: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise WorkloadError(f"{where}: expected true/false or 0/1, got {value!r}", path=path)
+
+
+def _integer(value: Any, path: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkloadError(f"{where}: expected an integer, got {value!r}", path=path)
+    return value
+
+
+def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | None = None) -> ComputeGraph:
+    """Build a :class:`ComputeGraph` from a parsed dnn-partitioning document.
+
+    Raises:
+        WorkloadError: On any missing, unknown or bad field (one line naming it).
+    """
+    path = str(path)
+    if not isinstance(document, dict):
+        raise WorkloadError("expected a JSON object", path=path)
+    unknown = sorted(set(document) - TOP_KEYS)
+    if unknown:
+        raise WorkloadError(f"unknown key {unknown[0]!r} (expected {', '.join(sorted(TOP_KEYS))})", path=path)
+    for key in ("maxSizePerFPGA", "maxFPGAs", "nodes", "edges"):
+        if key not in document:
+            raise WorkloadError("missing", path=path, field=key)
+    mem = _number(document["maxSizePerFPGA"], path, "maxSizePerFPGA", bound=MAX_OP_BYTES)
+    if mem <= 0:
+        raise WorkloadError("must be > 0", path=path, field="maxSizePerFPGA")
+    fpgas = _integer(document["maxFPGAs"], path, "maxFPGAs")
+    cpus = _integer(document.get("maxCPUs", 1), path, "maxCPUs")
+    if not 1 <= fpgas <= 4096 or not 0 <= cpus <= 4096:
+        raise WorkloadError(f"maxFPGAs must be in 1..4096 and maxCPUs in 0..4096, got {fpgas}, {cpus}", path=path)
+    nodes, edges = document["nodes"], document["edges"]
+    if not isinstance(nodes, list) or not nodes:
+        raise WorkloadError("expected a non-empty list", path=path, field="nodes")
+    if not isinstance(edges, list):
+        raise WorkloadError("expected a list", path=path, field="edges")
+    bound_ms = MAX_OP_TIME_S / DNN_PARTITIONING_TIME_UNIT_S
+    index: dict[int, int] = {}
+    names: list[str] = []
+    cpu_ms, acc_ms, size, backward, colour = [], [], [], [], []
+    for i, node in enumerate(nodes):
+        where = f"nodes[{i}]"
+        if not isinstance(node, dict):
+            raise WorkloadError(f"{where}: expected an object", path=path)
+        unknown = sorted(set(node) - NODE_KEYS)
+        if unknown:
+            raise WorkloadError(f"{where}: unknown key {unknown[0]!r}", path=path)
+        for key in ("id", "cpuLatency", "fpgaLatency", "size"):
+            if key not in node:
+                raise WorkloadError(f"{where}: missing {key!r}", path=path)
+        nid = _integer(node["id"], path, f"{where}.id")
+        if nid in index:
+            raise WorkloadError(f"{where}: node id {nid} given twice", path=path)
+        index[nid] = i
+        names.append(str(node.get("name", nid)) if "name" in node else str(nid))
+        cpu_ms.append(_number(node["cpuLatency"], path, f"{where}.cpuLatency", bound=bound_ms))
+        fpga = _number(node["fpgaLatency"], path, f"{where}.fpgaLatency", bound=bound_ms)
+        supported = _flag(node.get("supportedOnFpga", True), path, f"{where}.supportedOnFpga")
+        acc_ms.append(fpga if supported else math.inf)
+        size.append(_number(node["size"], path, f"{where}.size", bound=MAX_OP_BYTES))
+        backward.append(_flag(node.get("isBackwardNode", False), path, f"{where}.isBackwardNode"))
+        c = node.get("colorClass")
+        colour.append(None if c is None else _integer(c, path, f"{where}.colorClass"))
+    src, dst, cost_ms, ebytes = [], [], [], []
+    for k, edge in enumerate(edges):
+        where = f"edges[{k}]"
+        if not isinstance(edge, dict):
+            raise WorkloadError(f"{where}: expected an object", path=path)
+        unknown = sorted(set(edge) - EDGE_KEYS)
+        if unknown:
+            raise WorkloadError(f"{where}: unknown key {unknown[0]!r}", path=path)
+        for key in ("sourceId", "destId", "cost"):
+            if key not in edge:
+                raise WorkloadError(f"{where}: missing {key!r}", path=path)
+        s, d = _integer(edge["sourceId"], path, f"{where}.sourceId"), _integer(edge["destId"], path, f"{where}.destId")
+        for end in (s, d):
+            if end not in index:
+                raise WorkloadError(f"{where}: node id {end} does not exist", path=path)
+        if s == d:
+            raise WorkloadError(f"{where}: self-loop on node {s}", path=path)
+        src.append(index[s])
+        dst.append(index[d])
+        cost_ms.append(_number(edge["cost"], path, f"{where}.cost", bound=bound_ms))
+        ebytes.append(_number(edge["size"], path, f"{where}.size", bound=MAX_OP_BYTES) if "size" in edge else math.nan)
+    cycle = find_cycle(len(nodes), list(zip(src, dst, strict=True)))
+    if cycle is not None:
+        ids = {v: k for k, v in index.items()}
+        shown = " -> ".join(str(ids[v]) for v in [*cycle[:6], cycle[0]])
+        raise WorkloadError(f"the graph has a cycle: {shown}", path=path, field="edges")
+    # Colour classes become groups; a node without a class is a group of its own.
+    group_of: dict[tuple, int] = {}
+    group = [group_of.setdefault(("c", c) if c is not None else ("n", i), len(group_of))
+             for i, c in enumerate(colour)]
+    unit = DNN_PARTITIONING_TIME_UNIT_S
+    graph_name = name or (Path(path).stem if path else "dnn-partitioning")
+    return ComputeGraph(
+        name=graph_name, node_names=tuple(names),
+        kind_time_s={CPU_KIND: np.asarray(cpu_ms) * unit, ACCELERATOR_KIND: np.asarray(acc_ms) * unit},
+        reference_kind=ACCELERATOR_KIND, memory_bytes=np.asarray(size),
+        is_backward=np.asarray(backward, dtype=bool), group=np.asarray(group, dtype=np.int64),
+        edges=np.asarray([src, dst], dtype=np.int64).T.reshape(-1, 2), edge_bytes=np.asarray(ebytes),
+        edge_cost_s=np.asarray(cost_ms) * unit, source=path,
+        meta={"format": "dnn-partitioning", "max_accelerators": fpgas, "accelerator_memory_bytes": mem,
+              "max_cpus": cpus, "node_ids": tuple(index), "colour_class": tuple(colour),
+              "backward_after_forward": bool(any(backward))})
+
+
+def load_dnn_partitioning(path: str | Path) -> ComputeGraph:
+    """Read a dnn-partitioning JSON file (see :func:`parse_dnn_partitioning`)."""
+    text = read_text(Path(path))
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    return parse_dnn_partitioning(document, path=path)
