@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from workloads.compute_graph import ComputeGraph
+from workloads.dnn_partitioning import looks_like_dnn_partitioning, parse_dnn_partitioning
 from workloads.errors import WorkloadError
-from workloads.graph import TIME_UNIT_RANGE_S, OpGraph
+from workloads.graph import TIME_UNIT_RANGE_S, OpGraph, TrainingGraph
+from workloads.io import read_text
 from workloads.json_format import load_json_graph
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S, load_pipedream
 
@@ -128,3 +132,34 @@ def load_graph_set(spec: str | Path | Iterable[str | Path], *,
         names[graph.name] = path
         graphs.append(graph)
     return tuple(graphs)
+
+
+#: Shipped dnn-partitioning graphs (Tarnawski et al.), throughput inputs, by file stem.
+DNN_PARTITIONING_DIR = DATA_DIR / "dnn_partitioning"
+
+
+def shipped_placement_graphs() -> dict[str, Path]:
+    """Name -> file of every shipped graph usable by ``pacml-place``: the PipeDream models and the
+    dnn-partitioning throughput inputs (e.g. ``bert24_training``)."""
+    out = {m: PIPEDREAM_DIR / m / "graph.txt" for m in shipped_models()}
+    for path in sorted((DNN_PARTITIONING_DIR / "throughput-inputs").glob("*/*.json")):
+        out[path.stem] = path
+    return out
+
+
+def load_compute_graph(spec: str | Path) -> ComputeGraph:
+    """A graph to place op by op, in seconds: a shipped name (see :func:`shipped_placement_graphs`)
+    or a file. A dnn-partitioning document is recognised by its content; other files load as
+    training graphs (forward ops and their backward mirrors) on the physical clock."""
+    text = str(spec)
+    shipped = shipped_placement_graphs()
+    path = shipped.get(text, Path(text).expanduser())
+    if not path.is_file():
+        raise WorkloadError(f"graph {text!r} is not a file or a shipped graph "
+                            f"(shipped: {', '.join(sorted(shipped))})", field="graph")
+    if path.suffix.lower() == ".json":
+        document = json.loads(read_text(path)) if path.stat().st_size < 200_000_000 else None
+        if looks_like_dnn_partitioning(document):
+            return parse_dnn_partitioning(document, path=path)
+    graph = load_graph(path, time_unit_s=PIPEDREAM_TIME_UNIT_S)
+    return ComputeGraph.from_training_graph(TrainingGraph(graph))
