@@ -35,6 +35,10 @@ POLICY_FORMAT = "pacml-policy"
 POLICY_VERSION = 1
 #: Where shipped checkpoints live (``pacml/checkpoints/<name>/policy.pt``).
 SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+#: Former names of shipped checkpoints. The learned *job placement* agents (which block a job
+#: gets) were called ``paper_beta*_placement`` before op placement (which device runs each op,
+#: ``pacml-place``) existed; the old names still load, with a warning.
+RENAMED_CHECKPOINTS = {f"paper_beta{b}_placement": f"paper_beta{b}_block" for b in "ABCD"}
 
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
@@ -54,6 +58,10 @@ def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: di
 
 def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
     """``path`` as given, or relative to the shipped checkpoints; a directory means its ``filename``."""
+    if str(path) in RENAMED_CHECKPOINTS and not Path(path).exists():
+        log.warning("checkpoint %r is now called %r (job placement: which block a job gets)",
+                    str(path), RENAMED_CHECKPOINTS[str(path)])
+        path = RENAMED_CHECKPOINTS[str(path)]
     for cand in (Path(path), SHIPPED_DIR / str(path)):
         if cand.is_dir():
             cand = cand / filename

@@ -336,9 +336,9 @@ def test_resume_with_a_damaged_run_config_is_one_line(tmp_path: Path, config_tex
 
 
 SHIPPED = [("paper_betaA", "paper", "A"), ("paper_betaB", "paper", "B"), ("paper_betaC", "paper", "C"),
-           ("paper_betaD", "paper", "D"), ("paper_betaA_placement", "paper", "A"),
-           ("paper_betaB_placement", "paper", "B"), ("paper_betaC_placement", "paper", "C"),
-           ("paper_betaD_placement", "paper", "D"), ("physical_betaD", "physical", "D")]
+           ("paper_betaD", "paper", "D"), ("paper_betaA_block", "paper", "A"),
+           ("paper_betaB_block", "paper", "B"), ("paper_betaC_block", "paper", "C"),
+           ("paper_betaD_block", "paper", "D"), ("physical_betaD", "physical", "D")]
 
 
 @pytest.mark.parametrize(("name", "scenario", "beta"), SHIPPED)
@@ -352,7 +352,7 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
     policy = PacMLPolicy(name)
     assert policy.meta["ppo"]["mask"] == "feasible"
     assert policy.teacher_min_degree in (1, 2, 4, 6, 8, 16)
-    assert (policy.encoder.placement_candidates > 0) == name.endswith("_placement")
+    assert (policy.encoder.placement_candidates > 0) == name.endswith("_block")
     horizon_s = 5e4 if scenario == "paper" else 50.0
     cfg = compose_sim_config([f"scenario={scenario}", f"beta={beta}", f"horizon_s={horizon_s}"])
     result = build_simulation(cfg, seed=0).run(policy)

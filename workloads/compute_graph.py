@@ -8,8 +8,8 @@ One type serves every source of graphs:
   CPU and accelerator times, colour classes (each class is one group), per-edge transfer costs.
 
 Units: times in seconds, sizes in bytes. Times are per *device kind*: ``kind_time_s[kind][i]``
-is node ``i``'s compute time on a device of that kind at speed 1; a kind the graph does not
-list uses the reference kind's time divided by the device's speed (see
+is node ``i``'s compute time on a device of that kind; a kind the graph does not list uses the
+reference kind's time divided by the device's speed (see
 :meth:`ComputeGraph.node_time_s`). ``inf`` marks a node that cannot run on a kind (e.g. a node
 not ``supportedOnFpga``).
 
@@ -163,15 +163,17 @@ class ComputeGraph:
 
     # ------------------------------------------------------------------ times
     def node_time_s(self, kind: str, speed: float = 1.0) -> NDArray[np.float64]:
-        """Per-node compute time on a device of ``kind`` running at ``speed``.
+        """Per-node compute time on a device of ``kind`` whose speed relative to the reference kind
+        is ``speed``.
 
-        A kind the graph lists uses its own times, divided by ``speed`` (a preset gives such a
-        device speed 1). Any other kind uses the reference kind's times divided by ``speed``.
+        A kind the graph lists uses its own (measured) times as they are: ``speed`` only stands
+        in for times the graph does not have. Any other kind uses the reference kind's times
+        divided by ``speed`` (e.g. a GPU-profiled graph on a CPU of speed 0.1 runs 10x slower).
         """
         base = self.kind_time_s.get(kind)
-        if base is None:
-            base = self.kind_time_s[self.reference_kind]
-        return base / speed
+        if base is not None:
+            return base
+        return self.kind_time_s[self.reference_kind] / speed
 
     def forward_only(self) -> ComputeGraph:
         """The forward nodes alone (inference), edges among them kept; groups renumbered."""
@@ -202,17 +204,23 @@ class ComputeGraph:
         Times are converted to seconds with the forward graph's ``time_unit_s`` (a PipeDream
         profile in the paper scenario has unit 1e-3: one profile millisecond); pass
         ``time_unit_s`` to override. Each op and its mirror form group ``i``; edges carry the
-        activation bytes of their source, as in the cluster simulator.
+        output of the forward op they stem from: a forward edge ``u -> v`` carries ``u``'s activation,
+        its mirror ``n+v -> n+u`` the gradient of it (same size), as the cluster simulator's
+        physical edge sizing (``sim.edge_sizing=activation``) at one sub-op per op.
         """
         f = graph.forward
         n = f.num_ops
         unit = f.time_unit_s if time_unit_s is None else time_unit_s
         names = tuple(f.op_ids) + tuple(f"{op}/backward" for op in f.op_ids)
+        act = np.asarray(f.activation_bytes)
+        edges = np.asarray(graph.edges)
+        carried = np.where(edges[:, 0] >= n, act[edges[:, 1] % n], act[edges[:, 0] % n]) if len(edges) else \
+            np.zeros(0)
         return cls(
             name=graph.name, node_names=names,
             kind_time_s={GPU_KIND: np.asarray(graph.compute_time_s) * unit},
             reference_kind=GPU_KIND, memory_bytes=graph.memory_bytes,
             is_backward=np.arange(2 * n) >= n, group=np.concatenate([np.arange(n), np.arange(n)]),
-            edges=graph.edges, edge_bytes=graph.edge_bytes,
+            edges=graph.edges, edge_bytes=carried,
             edge_cost_s=np.full(graph.num_edges, np.nan), source=f.source,
             meta={"forward_ops": n, "labels": tuple(f.labels)})

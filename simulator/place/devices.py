@@ -1,8 +1,8 @@
 """Device sets for op placement: devices (kind, speed, memory) and the links between them.
 
-A device runs one node at a time. A node's time on a device comes from the graph's times for the
-device's kind (see :meth:`workloads.compute_graph.ComputeGraph.node_time_s`), divided by the
-device's speed. A transfer between two devices takes ``latency + bytes / bandwidth`` on their link
+A device runs one node at a time. A node's time on a device is the graph's time for the device's kind
+when the graph has one, else the reference kind's time divided by the device's speed (see
+:meth:`workloads.compute_graph.ComputeGraph.node_time_s`). A transfer between two devices takes ``latency + bytes / bandwidth`` on their link
 (zero on one device), unless the graph gives the edge a fixed cost (dnn-partitioning files).
 
 Link layouts:
@@ -41,7 +41,9 @@ class Device:
     Attributes:
         name: Unique name (e.g. ``gpu0``).
         kind: Device kind; devices of one kind are interchangeable up to speed and memory.
-        speed: Relative speed (1.0: the graph's time for the kind).
+        speed: Speed relative to the graph's reference kind, used where the graph has no times of
+            its own for this kind (a GPU-profiled graph on a CPU of speed 0.1 runs 10x slower; a
+            dnn-partitioning file's ``cpuLatency`` is used as it is).
         memory_bytes: Memory capacity (``inf``: unlimited, e.g. host memory).
     """
 
