@@ -54,6 +54,12 @@ def expand_groups(objective: BoundObjective, group_device: NDArray[np.int64]) ->
     return np.asarray(group_device, dtype=np.int64)[objective.graph.group]
 
 
+def accelerators(objective: BoundObjective) -> NDArray[np.int64]:
+    """Indices of the devices that are not host CPUs (all devices if every one is a CPU)."""
+    acc = np.flatnonzero(~objective.devices.is_cpu)
+    return acc if len(acc) else np.arange(objective.devices.num_devices)
+
+
 def timed(objective: BoundObjective, run) -> PlacerResult:
     """Run ``run()`` (returning a placement or a result) and fill in evaluations and wall time."""
     before = objective.evaluations
@@ -85,7 +91,8 @@ class SingleDevicePlacer:
 
 
 class RoundRobinPlacer:
-    """Groups dealt to devices in turn, in topological order of their first node."""
+    """Groups dealt to the accelerators in turn (the CPUs too if there are only CPUs), in
+    topological order of their first node."""
 
     name = "round_robin"
 
@@ -97,12 +104,13 @@ class RoundRobinPlacer:
             for node in g.topological_order:
                 first.setdefault(int(g.group[node]), len(first))
             rank = np.array([first[k] for k in range(g.num_groups)], dtype=np.int64)
-            return expand_groups(objective, rank % objective.devices.num_devices)
+            acc = accelerators(objective)
+            return expand_groups(objective, acc[rank % len(acc)])
         return timed(objective, run)
 
 
 class RandomPlacer:
-    """Each group on a device drawn uniformly at random (seeded)."""
+    """Each group on an accelerator (a CPU if there are only CPUs) drawn uniformly at random (seeded)."""
 
     name = "random"
 
@@ -110,6 +118,6 @@ class RandomPlacer:
         """Draw one device per group."""
         def run() -> NDArray[np.int64]:
             rng = np.random.default_rng(seed)
-            return expand_groups(objective, rng.integers(0, objective.devices.num_devices,
-                                                         objective.graph.num_groups))
+            acc = accelerators(objective)
+            return expand_groups(objective, acc[rng.integers(0, len(acc), objective.graph.num_groups)])
         return timed(objective, run)
