@@ -194,3 +194,11 @@ def test_a_kind_the_graph_measured_uses_its_own_times() -> None:
     t = bind_objective("step", graph, _preset("cpu_gpu")).time_s
     assert np.allclose(t[:, 0], graph.kind_time_s["cpu"])
     assert np.allclose(t[:, 1], graph.kind_time_s["accelerator"])
+
+
+def test_simple_placers_put_cpu_only_nodes_on_the_cpu() -> None:
+    g = parse_dnn_partitioning(_tiny(), path="tiny.json")
+    objective = bind_objective("pipeline", g, DeviceSet.for_dnn_partitioning(g.meta))
+    for placer in (RoundRobinPlacer(), RandomPlacer()):
+        p = placer.place(objective, seed=1).placement
+        assert p[1] == 0 and p[0] in (1, 2) and math.isfinite(objective.value(p))

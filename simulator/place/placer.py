@@ -50,8 +50,24 @@ class Placer(Protocol):
 
 
 def expand_groups(objective: BoundObjective, group_device: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Per-node placement from a per-group assignment."""
+    """Per-node placement from a per-group assignment (see :func:`runnable_groups` to repair
+    groups put on a kind that cannot run them)."""
     return np.asarray(group_device, dtype=np.int64)[objective.graph.group]
+
+
+def runnable_groups(objective: BoundObjective, group_device: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Move every group put on a device that cannot run one of its nodes (e.g. a node not
+    supported on accelerators) to the first device that can run the whole group."""
+    g = objective.graph
+    group_device = np.array(group_device, dtype=np.int64)
+    ok = np.ones((g.num_groups, objective.devices.num_devices), dtype=bool)
+    np.logical_and.at(ok, g.group, np.isfinite(objective.time_s))
+    bad = np.flatnonzero(~ok[np.arange(g.num_groups), group_device])
+    for k in bad.tolist():
+        runnable = np.flatnonzero(ok[k])
+        if len(runnable):
+            group_device[k] = runnable[0]
+    return group_device
 
 
 def accelerators(objective: BoundObjective) -> NDArray[np.int64]:
@@ -105,7 +121,7 @@ class RoundRobinPlacer:
                 first.setdefault(int(g.group[node]), len(first))
             rank = np.array([first[k] for k in range(g.num_groups)], dtype=np.int64)
             acc = accelerators(objective)
-            return expand_groups(objective, acc[rank % len(acc)])
+            return expand_groups(objective, runnable_groups(objective, acc[rank % len(acc)]))
         return timed(objective, run)
 
 
@@ -119,5 +135,6 @@ class RandomPlacer:
         def run() -> NDArray[np.int64]:
             rng = np.random.default_rng(seed)
             acc = accelerators(objective)
-            return expand_groups(objective, acc[rng.integers(0, len(acc), objective.graph.num_groups)])
+            return expand_groups(objective, runnable_groups(
+                objective, acc[rng.integers(0, len(acc), objective.graph.num_groups)]))
         return timed(objective, run)
