@@ -294,6 +294,9 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
     if json_document_version(doc) == COMPUTE_FORMAT_VERSION:
         raise fail("version 2 is a computation graph: read it with workloads.loaders.load_graph or "
                    "load_compute_graph", field="version", line=loc.key_line("version"))
+    if "version" in doc and json_document_version(doc) is None:  # before the keys: they depend on it
+        raise fail(f"unsupported version {show(doc['version'])} (this reader supports "
+                   f"{' and '.join(map(str, SUPPORTED_VERSIONS))})", field="version", line=loc.key_line("version"))
     for key in doc:
         if key not in TOP_LEVEL_KEYS:
             raise fail(f"unknown key{_suggest(key, TOP_LEVEL_KEYS)}", field=key, line=loc.key_line(key))

@@ -119,7 +119,7 @@ def detect_graph_format(path: str | Path) -> DetectedGraph:
                 return DetectedGraph(path, PACML_JSON, json_document_version(doc), text, doc)
             if keys & DNN_TOP_KEYS:
                 return DetectedGraph(path, DNN_PARTITIONING, None, text, doc)
-            if keys and keys <= _SPLIT_KEYS:
+            if keys >= _SPLIT_KEYS:
                 raise WorkloadError("a dnn-partitioning split (cpus/fpgas: which node goes where), not a graph",
                                     path=path, line=1)
             shown = ", ".join(sorted(keys)[:5]) or "none"
