@@ -265,7 +265,8 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
     """Turn a graph set specification into a list of files.
 
     ``spec`` is a file, a directory (searched recursively for ``*.json`` and ``graph.txt``),
-    the name of a shipped model (e.g. ``"resnet18"``), the word ``"paper"`` (the paper's five
+    the name of a shipped model (e.g. ``"resnet18"``) or dnn-partitioning graph (e.g.
+    ``"bert24_training"``), the word ``"paper"`` (the paper's five
     graphs) or ``"all"`` (every shipped graph), or a list of any of these.
     """
     items: Sequence[str | Path]
@@ -295,10 +296,14 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
             paths.append(candidate)
         elif (PIPEDREAM_DIR / text / "graph.txt").is_file():
             paths.append(PIPEDREAM_DIR / text / "graph.txt")
+        elif text in shipped_placement_graphs():  # a dnn-partitioning graph, e.g. bert24_training
+            paths.append(shipped_placement_graphs()[text])
         else:
             raise WorkloadError(
                 f"graph {text!r} is not a file, a directory or a shipped model "
-                f"(shipped: {', '.join(shipped_models())})", field="workload.graphs")
+                f"(shipped: {', '.join(shipped_models())}; dnn-partitioning: "
+                f"{', '.join(n for n in shipped_placement_graphs() if n not in shipped_models())})",
+                field="workload.graphs")
     return paths
 
 
