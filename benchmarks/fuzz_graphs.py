@@ -1,6 +1,9 @@
-"""Fuzz the graph loaders: mutated PipeDream and JSON graph files, loaded in-process and via the CLI.
+"""Fuzz the graph loaders: mutated PipeDream, pacml JSON and dnn-partitioning JSON graph files, loaded
+in-process and via the CLI.
 
-Each file is a shipped graph (or its pacml JSON form) with one mutation. Some mutations make a
+Each file is a shipped graph (or its pacml JSON form, or a shipped dnn-partitioning file) with one
+mutation; the format is recognised from the content (dnn-partitioning mutants are named ``.dat``).
+Version-2 pacml JSON mutants start from the version-2 form of shipped graphs. Some mutations make a
 file invalid by construction (binary junk, a list where a number belongs, 10**400, a cycle, a
 self-loop, ``1,5``, an unclosed ``[1; 2``, ``"version": true`` ...), some keep it valid by
 construction (drop an edge, CRLF line ends, another label), and some may go either way (random
@@ -18,12 +21,13 @@ stderr for a rejected file, 0 for an accepted one.
 The generators are shared with ``tests/test_graph_fuzz.py`` (a small hypothesis sample).
 
 Usage: python benchmarks/fuzz_graphs.py [--per-format 2000] [--cli-sample 50] [--sim-sample 6]
-       [--seed 0]
+       [--seed 0] [--formats pipedream,json,dnn,json2]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -38,13 +42,24 @@ from functools import cache
 from pathlib import Path
 
 from workloads.errors import WorkloadError
-from workloads.json_format import graph_to_json
-from workloads.loaders import PIPEDREAM_DIR, load_graph
+from workloads.json_format import compute_graph_to_json, graph_to_json
+from workloads.loaders import (
+    PIPEDREAM_DIR,
+    load_compute_graph,
+    load_graph,
+    shipped_placement_graphs,
+)
 from workloads.pipedream import load_pipedream
 
 INVALID, VALID, EITHER = "invalid", "valid", "either"
 #: Shipped graphs used as seeds (the small ones more often: they keep the run short).
 SEED_MODELS = ("alexnet", "vgg16", "gnmt", "squeezenet1_0", "resnet18", "resnet50")
+#: Shipped dnn-partitioning graphs used as seeds (the smaller ones; operator graphs have explicit
+#: backward nodes without a forward node in their class).
+DNN_SEED_GRAPHS = ("bert24_inference", "bert24_training", "bert_l-3_inference", "bert_l-3_training")
+#: Formats fuzzed, and the seeds of each.
+FORMATS = {"pipedream": SEED_MODELS, "json": SEED_MODELS, "dnn": DNN_SEED_GRAPHS,
+           "json2": ("bert24_inference", "bert24_training", "alexnet")}
 
 
 @dataclass(frozen=True)
@@ -311,10 +326,261 @@ def json_mutation(rng: random.Random, doc: dict) -> Mutant:
     return Mutant(text.encode(), kind, INVALID)
 
 
+# ------------------------------------------------------------------ dnn-partitioning mutations
+@cache
+def dnn_seed_text(graph: str) -> str:
+    """The text of a shipped dnn-partitioning file."""
+    return shipped_placement_graphs()[graph].read_text()
+
+
+_DNN_NODE_NUMBERS = ("cpuLatency", "fpgaLatency", "size")
+_DNN_TOP = ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges")
+
+
+def dnn_mutation(rng: random.Random, doc: dict) -> Mutant:
+    """One dnn-partitioning-specific mutation of ``doc`` (a parsed shipped file)."""
+    doc = json.loads(json.dumps(doc))  # private copy
+    nodes, edges = doc["nodes"], doc["edges"]
+    i = rng.randrange(len(nodes))
+    node = nodes[i]
+    raw: str | None = None
+    kind = rng.choice([
+        "type_swap_node", "type_swap_top", "type_swap_edge", "bad_number", "huge_int", "nan_inf",
+        "bad_device_count", "bad_memory", "missing_top", "missing_node_field", "missing_edge_field",
+        "unknown_top_key", "unknown_node_key", "unknown_edge_key", "duplicate_key", "duplicate_id",
+        "duplicate_edge", "self_loop", "cycle", "unknown_edge_end", "empty_nodes", "bad_flag",
+        "bad_name", "deep_nesting", "not_an_object",
+        "drop_edge", "compact", "indented", "shuffle_nodes", "bool_flags", "drop_optional", "rename",
+        "unsupported_node", "extra_node", "duplicate_names"])
+    if kind == "type_swap_node":
+        key = rng.choice(("id", *_DNN_NODE_NUMBERS, "supportedOnFpga", "isBackwardNode", "colorClass", "layerId"))
+        # null is a fine colour class (none), and true/false fine flags: only swap in what is wrong there.
+        wrong = [v for v in _WRONG_TYPES if not ((v is None and key == "colorClass") or (
+            isinstance(v, bool) and key in ("supportedOnFpga", "isBackwardNode")))]
+        node[key] = rng.choice(wrong)
+    elif kind == "type_swap_top":
+        key = rng.choice(_DNN_TOP)
+        # 2.5 bytes is a (tiny) valid accelerator memory: a wrong type only there.
+        doc[key] = rng.choice([[1], {"a": 1}, "6", True, None] + ([] if key == "maxSizePerFPGA" else [2.5]))
+    elif kind == "type_swap_edge" and edges:
+        edges[rng.randrange(len(edges))][rng.choice(["sourceId", "destId", "cost", "size"])] = \
+            rng.choice([["x"], {"id": 1}, "1", None, True])
+    elif kind == "bad_number":
+        node[rng.choice(_DNN_NODE_NUMBERS)] = rng.choice([-1, -0.5, 1e200, 1.7e308, -1e-9])
+    elif kind == "huge_int":
+        node[rng.choice(_DNN_NODE_NUMBERS)] = rng.choice([10**400, -(10**400)])
+        if rng.random() < 0.3:
+            raw = json.dumps(doc).replace('"nodes": [', f'"nodes": [{{"id": 0, "cpuLatency": {"9" * 5000}}}, ', 1)
+    elif kind == "nan_inf":
+        target = rng.choice(["node", "edge", "top"]) if edges else "node"
+        value = rng.choice([float("nan"), float("inf"), float("-inf")])
+        if target == "node":
+            node[rng.choice(_DNN_NODE_NUMBERS)] = value
+        elif target == "edge":
+            edges[rng.randrange(len(edges))]["cost"] = value
+        else:
+            doc["maxSizePerFPGA"] = value
+    elif kind == "bad_device_count":
+        doc[rng.choice(["maxFPGAs", "maxCPUs"])] = rng.choice([-1, 5000, 1.5, 10**30])
+    elif kind == "bad_memory":
+        doc["maxSizePerFPGA"] = rng.choice([0, -1, 0.0, 1e30])
+    elif kind == "missing_top":
+        del doc[rng.choice(["maxSizePerFPGA", "maxFPGAs", "nodes", "edges"])]
+    elif kind == "missing_node_field":
+        del node[rng.choice(("id", *_DNN_NODE_NUMBERS))]
+    elif kind == "missing_edge_field" and edges:
+        del edges[rng.randrange(len(edges))][rng.choice(["sourceId", "destId", "cost"])]
+    elif kind == "unknown_top_key":
+        doc[rng.choice(["maxFPGA", "format_", "Nodes", "maxGPUs"])] = 1
+    elif kind == "unknown_node_key":
+        node[rng.choice(["latency", "ID", "colourClass", "isBackward"])] = 1
+    elif kind == "unknown_edge_key" and edges:
+        edges[rng.randrange(len(edges))][rng.choice(["src", "weight", "Cost"])] = 1
+    elif kind == "duplicate_key":
+        raw = json.dumps(doc).replace('"nodes": [{', '"nodes": [{"id": -5, ', 1)
+    elif kind == "duplicate_id" and len(nodes) > 1:
+        nodes[(i + 1) % len(nodes)]["id"] = node["id"]
+    elif kind == "duplicate_edge" and edges:
+        edges.insert(rng.randrange(len(edges) + 1), dict(rng.choice(edges)))
+    elif kind == "self_loop":
+        edges.append({"sourceId": node["id"], "destId": node["id"], "cost": 0.0})
+    elif kind == "cycle" and edges:
+        e = rng.choice(edges)
+        edges.append({"sourceId": e["destId"], "destId": e["sourceId"], "cost": 0.0})
+    elif kind == "unknown_edge_end":
+        edges.append({"sourceId": node["id"], "destId": 10**9 + 7, "cost": 0.0})
+    elif kind == "empty_nodes":
+        doc["nodes"] = []
+    elif kind == "bad_flag":
+        node[rng.choice(["supportedOnFpga", "isBackwardNode"])] = rng.choice([2, -1, "yes", 0.5, 1.0])
+    elif kind == "bad_name":
+        node["name"] = rng.choice(["", "a\nb", 7, None, ["x"]])
+    elif kind == "deep_nesting":
+        raw = json.dumps(doc).replace('"edges": ', f'"junk": {_deep(rng.choice([150, 5000, 100000]))}, "edges": ', 1)
+    elif kind == "not_an_object":
+        raw = json.dumps(rng.choice([[doc], "graph", 3, None, {"cpus": [], "fpgas": []}]))
+    elif kind in ("drop_edge", "compact", "indented", "shuffle_nodes", "bool_flags", "drop_optional", "rename",
+                  "unsupported_node", "extra_node", "duplicate_names"):
+        indent = None
+        if kind == "drop_edge" and edges:
+            edges.pop(rng.randrange(len(edges)))
+        elif kind == "indented":
+            indent = rng.choice([1, 2, 4])
+        elif kind == "shuffle_nodes":
+            rng.shuffle(nodes)
+        elif kind == "bool_flags":
+            for n in nodes:
+                for key in ("supportedOnFpga", "isBackwardNode"):
+                    if key in n:
+                        n[key] = bool(n[key])
+        elif kind == "drop_optional":
+            key = rng.choice(["name", "layerId", "colorClass", "supportedOnFpga", "isBackwardNode", "edge size",
+                              "maxCPUs"])
+            if key == "maxCPUs":
+                doc.pop("maxCPUs", None)
+            for item in (edges if key == "edge size" else nodes):
+                item.pop("size" if key == "edge size" else key, None)
+        elif kind == "rename":
+            node["name"] = rng.choice(["Übergröße(ß)", "x" * 500, "layer/with spaces"]) + f"#{node['id']}"
+        elif kind == "unsupported_node":
+            node["supportedOnFpga"] = 0
+        elif kind == "extra_node":
+            nodes.append({"id": max(n["id"] for n in nodes) + 1, "cpuLatency": 1.0, "fpgaLatency": 0.1,
+                          "size": 10.0, "isBackwardNode": 0, "supportedOnFpga": 1})
+        elif kind == "duplicate_names" and len(nodes) > 1:
+            nodes[(i + 1) % len(nodes)]["name"] = node.get("name", "same")
+            node["name"] = nodes[(i + 1) % len(nodes)]["name"]
+        text = json.dumps(doc, indent=indent, separators=(",", ":") if kind == "compact" else None)
+        return Mutant(text.encode(), kind, VALID)
+    else:  # needed edges or two nodes the seed does not have
+        node["cpuLatency"] = "slow"
+        kind = "not_a_number"
+    text = raw if raw is not None else json.dumps(doc, indent=rng.choice([None, 2]))
+    return Mutant(text.encode(), kind, INVALID)
+
+
+# ------------------------------------------------------------------ pacml JSON version 2 mutations
+
+
+@cache
+def v2_seed_text(graph: str) -> str:
+    """A shipped graph as a version-2 pacml JSON file (as ``pacml-graph convert --version 2`` writes it)."""
+    return compute_graph_to_json(load_compute_graph(graph))
+
+
+def v2_mutation(rng: random.Random, doc: dict) -> Mutant:
+    """One mutation of ``doc`` (a version-2 pacml JSON document)."""
+    doc = json.loads(json.dumps(doc))
+    nodes, edges = doc["nodes"], doc["edges"]
+    i = rng.randrange(len(nodes))
+    node = nodes[i]
+    kinds = doc["kinds"]
+    raw: str | None = None
+    kind = rng.choice([
+        "bad_time", "time_kinds", "bad_memory", "bad_backward", "bad_group", "duplicate_id", "unknown_node_key",
+        "missing_node_key", "unknown_top_key", "missing_top", "bad_kinds", "bad_reference", "bad_devices",
+        "edge_unknown_end", "self_loop", "duplicate_edge", "cycle", "bad_edge_number", "bad_version",
+        "partial_node_id", "bad_colour", "bad_name", "duplicate_key",
+        "drop_edge", "compact", "drop_optional", "null_time", "milliseconds", "rename"])
+    if kind == "bad_time":
+        node["time"][rng.choice(kinds)] = rng.choice([-1, "1", [1], True, float("nan"), float("inf"), 1e300])
+    elif kind == "time_kinds":
+        if rng.random() < 0.5:
+            node["time"].pop(rng.choice(kinds))
+        else:
+            node["time"]["tpu"] = 1.0
+    elif kind == "bad_memory":
+        node["memory_bytes"] = rng.choice([-1, None, "8", 1e30, float("nan")])
+    elif kind == "bad_backward":
+        node["backward"] = rng.choice([0, 1, "true", None])
+    elif kind == "bad_group":
+        node["group"] = rng.choice([-1, len(nodes), 1.0, True, None, "0"])
+    elif kind == "duplicate_id" and len(nodes) > 1:
+        nodes[(i + 1) % len(nodes)]["id"] = node["id"]
+    elif kind == "unknown_node_key":
+        node[rng.choice(["label", "times", "Group", "colorClass"])] = 1
+    elif kind == "missing_node_key":
+        del node[rng.choice(["id", "time", "memory_bytes", "backward", "group"])]
+    elif kind == "unknown_top_key":
+        doc[rng.choice(["ops", "device", "kind", "loss_op"])] = "x"
+    elif kind == "missing_top":
+        del doc[rng.choice(["format", "version", "name", "kinds", "reference_kind", "nodes", "edges"])]
+    elif kind == "bad_kinds":
+        doc["kinds"] = rng.choice([[], "gpu", [*kinds, kinds[0]], ["GPU"] + kinds[1:], None])
+    elif kind == "bad_reference":
+        doc["reference_kind"] = rng.choice(["tpu", None, 1, kinds])
+    elif kind == "bad_devices":
+        doc["devices"] = rng.choice([
+            {"max_accelerators": 0, "accelerator_memory_bytes": 1.0, "max_cpus": 1},
+            {"max_accelerators": 2, "accelerator_memory_bytes": 0, "max_cpus": 1},
+            {"max_accelerators": 2, "accelerator_memory_bytes": 1.0}, [2], "six",
+            {"max_accelerators": True, "accelerator_memory_bytes": 1.0, "max_cpus": 1}])
+    elif kind == "edge_unknown_end":
+        edges.append({"src": node["id"], "dst": "no such node"})
+    elif kind == "self_loop":
+        edges.append({"src": node["id"], "dst": node["id"]})
+    elif kind == "duplicate_edge" and edges:
+        edges.append(dict(rng.choice(edges)))
+    elif kind == "cycle" and edges:
+        e = rng.choice(edges)
+        edges.append({"src": e["dst"], "dst": e["src"]})
+    elif kind == "bad_edge_number" and edges:
+        edges[rng.randrange(len(edges))][rng.choice(["bytes", "cost"])] = rng.choice([-1, "1", [1], True, 1e300])
+    elif kind == "bad_version":
+        doc["version"] = rng.choice([True, 2.0, 3, "2", None])
+    elif kind == "partial_node_id" and "node_id" in node:
+        del node["node_id"]
+    elif kind == "bad_colour":
+        node["colour_class"] = rng.choice(["3", 1.5, [3], True])
+    elif kind == "bad_name":
+        doc["name"] = rng.choice(["", " ", "a\nb", None, 3])
+    elif kind == "duplicate_key":
+        raw = json.dumps(doc).replace('{"format": ', '{"kinds": [], "format": ', 1)
+    elif kind in ("drop_edge", "compact", "drop_optional", "null_time", "milliseconds", "rename"):
+        if kind == "drop_edge" and edges:
+            edges.pop(rng.randrange(len(edges)))
+        elif kind == "drop_optional":
+            key = rng.choice(["devices", "backward_after_forward", "origin_format", "source", "time_unit_s",
+                              "node_id", "colour_class", "bytes", "cost"])
+            for item in (edges if key in ("bytes", "cost") else nodes if key in ("node_id", "colour_class") else [doc]):
+                item.pop(key, None)
+        elif kind == "null_time":
+            node["time"][rng.choice(kinds)] = None  # cannot run there (some node still runs on every kind)
+        elif kind == "milliseconds":
+            doc["time_unit_s"] = 1e-3
+            for n in nodes:
+                n["time"] = {k: None if v is None else v * 1000 for k, v in n["time"].items()}
+        elif kind == "rename":
+            new = rng.choice(["Übergröße(ß)", "x" * 300, "with space"]) + f"#{i}"
+            old = node["id"]
+            node["id"] = new
+            for e in edges:
+                for end in ("src", "dst"):
+                    if e[end] == old:
+                        e[end] = new
+        text = json.dumps(doc, separators=(",", ":") if kind == "compact" else None)
+        return Mutant(text.encode(), kind, VALID)
+    else:
+        node["memory_bytes"] = "big"
+        kind = "not_a_number"
+    text = raw if raw is not None else json.dumps(doc, indent=rng.choice([None, 2]))
+    return Mutant(text.encode(), kind, INVALID)
+
+
 # ------------------------------------------------------------------ drivers
 def make_mutant(fmt: str, rng: random.Random, model: str) -> Mutant:
-    """One mutant of ``model`` in ``fmt`` (``pipedream`` or ``json``): a byte-level mutation one
-    time in three, else a format-specific one."""
+    """One mutant of ``model`` in ``fmt`` (``pipedream``, ``json`` or ``dnn``): a byte-level
+    mutation one time in three, else a format-specific one."""
+    if fmt == "json2":
+        text = v2_seed_text(model)
+        if rng.random() < 1 / 3:
+            return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
+        return v2_mutation(rng, json.loads(text))
+    if fmt == "dnn":
+        text = dnn_seed_text(model)
+        if rng.random() < 1 / 3:
+            return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
+        return dnn_mutation(rng, json.loads(text))
     if fmt == "pipedream":
         text = pipedream_seed(model)
         if rng.random() < 1 / 3:
@@ -337,11 +603,22 @@ class Outcome:
     problems: tuple[str, ...]  # oracle violations (empty when fine)
 
 
-def check_file(path: Path, mutant: Mutant) -> Outcome:
-    """Load ``path`` in-process and judge the result against the oracle."""
+def check_file(path: Path, mutant: Mutant, fmt: str = "pipedream") -> Outcome:
+    """Load ``path`` in-process and judge the result against the oracle.
+
+    A dnn-partitioning or version-2 mutant is judged by :func:`load_compute_graph` (the format is a computation
+    graph); :func:`load_graph` (the cluster simulator's loader) must then refuse it too if it is
+    invalid, and may refuse a valid one only with a :class:`WorkloadError` (not every computation
+    graph maps to a workload).
+    """
     problems: list[str] = []
     try:
-        load_graph(path)
+        if fmt in ("dnn", "json2"):
+            load_compute_graph(str(path))
+            with contextlib.suppress(WorkloadError):
+                load_graph(path)
+        else:
+            load_graph(path)
     except WorkloadError as exc:
         message = str(exc)
         if "\n" in message:
@@ -361,8 +638,9 @@ def check_file(path: Path, mutant: Mutant) -> Outcome:
 
 
 def mutant_path(folder: Path, fmt: str, k: int) -> Path:
-    """Where mutant ``k`` is written (PipeDream files must be named ``graph.txt``-like ``.txt``)."""
-    return folder / (f"m{k:05d}.json" if fmt == "json" else f"m{k:05d}.txt")
+    """Where mutant ``k`` is written. The suffix plays no part in recognising the format: dnn-partitioning
+    mutants are named ``.dat``."""
+    return folder / f"m{k:05d}.{ {'json': 'json', 'json2': 'json', 'dnn': 'dat'}.get(fmt, 'txt') }"
 
 
 def run_cli(prog: list[str], path: Path, accepted: bool) -> list[str]:
@@ -386,6 +664,8 @@ def main() -> None:
     """Generate, load and judge the mutants; print the figures (exit 1 on any violation)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-format", type=int, default=2000)
+    parser.add_argument("--formats", default="pipedream,json,dnn,json2",
+                        help="comma-separated: pipedream, json (version 1), dnn, json2 (pacml JSON version 2)")
     parser.add_argument("--cli-sample", type=int, default=50, help="files per format run through pacml-graph")
     parser.add_argument("--sim-sample", type=int, default=6, help="files per format run through pacml-sim")
     parser.add_argument("--seed", type=int, default=0)
@@ -394,7 +674,9 @@ def main() -> None:
     failures = 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for fmt in ("pipedream", "json"):
+        for fmt in args.formats.split(","):
+            if fmt not in FORMATS:
+                parser.error(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
             folder = Path(tmp) / fmt
             folder.mkdir()
             rng = random.Random(f"{args.seed}-{fmt}")
@@ -404,11 +686,11 @@ def main() -> None:
             by_mutation: Counter[str] = Counter()
             outcomes: list[tuple[Path, Outcome]] = []
             for k in range(args.per_format):
-                model = rng.choice(SEED_MODELS)
+                model = rng.choice(FORMATS[fmt])
                 mutant = make_mutant(fmt, rng, model)
                 path = mutant_path(folder, fmt, k)
                 path.write_bytes(mutant.data)
-                outcome = check_file(path, mutant)
+                outcome = check_file(path, mutant, fmt)
                 counts[outcome.status] += 1
                 by_mutation[mutant.mutation] += 1
                 for p in outcome.problems:

@@ -11,8 +11,8 @@ own device set in ``meta`` (``max_accelerators``, ``accelerator_memory_bytes``, 
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ import numpy as np
 from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
 from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, find_cycle
-from workloads.io import read_text
+from workloads.io import read_text, show
+from workloads.json_format import _Locator, parse_json_document
 
 #: Seconds per unit of the file's times (milliseconds).
 DNN_PARTITIONING_TIME_UNIT_S = 1e-3
@@ -31,6 +32,7 @@ TOP_KEYS = {"maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"}
 NODE_KEYS = {"id", "supportedOnFpga", "cpuLatency", "fpgaLatency", "isBackwardNode", "colorClass", "size",
              "name", "layerId"}
 EDGE_KEYS = {"sourceId", "destId", "cost", "size"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def looks_like_dnn_partitioning(document: Any) -> bool:
@@ -40,38 +42,66 @@ def looks_like_dnn_partitioning(document: Any) -> bool:
 
 
 def _number(value: Any, path: str, where: str, *, bound: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 <= value <= bound:
-        raise WorkloadError(f"{where}: expected a number in [0, {bound:g}], got {value!r}", path=path)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value <= bound if isinstance(value, int) else math.isfinite(value) and 0 <= value <= bound):
+        raise WorkloadError(f"expected a number in [0, {bound:g}], got {show(value)}", path=path, field=where)
     return float(value)
 
 
 def _flag(value: Any, path: str, where: str) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value in (0, 1):
+    if type(value) is int and value in (0, 1):
         return bool(value)
-    raise WorkloadError(f"{where}: expected true/false or 0/1, got {value!r}", path=path)
+    raise WorkloadError(f"expected true/false or 0/1, got {show(value)}", path=path, field=where)
 
 
 def _integer(value: Any, path: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkloadError(f"{where}: expected an integer, got {value!r}", path=path)
+        raise WorkloadError(f"expected an integer, got {show(value)}", path=path, field=where)
+    if abs(value) >= 2**63:  # ids become int64 arrays downstream
+        raise WorkloadError(f"integer {show(value, 24)} out of range", path=path, field=where)
     return value
 
 
-def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | None = None) -> ComputeGraph:
+def _text(value: Any, path: str, where: str) -> str:
+    if not isinstance(value, str) or not value or _CONTROL.search(value):
+        raise WorkloadError(f"expected a non-empty string without control characters, got {show(value)}",
+                            path=path, field=where)
+    return value
+
+
+_ELEMENT = re.compile(r"(nodes|edges)\[(\d+)\](?:\.(\w+))?")
+
+
+def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | None = None,
+                           text: str | None = None) -> ComputeGraph:
     """Build a :class:`ComputeGraph` from a parsed dnn-partitioning document.
 
+    ``text`` is the document's source text, if any: errors then also name the line.
+
     Raises:
-        WorkloadError: On any missing, unknown or bad field (one line naming it).
+        WorkloadError: On any missing, unknown or bad field (one line naming it, and the node or
+            edge index: ``field 'nodes[3].cpuLatency'``).
     """
+    try:
+        return _parse(document, path=path, name=name)
+    except WorkloadError as exc:
+        if text is None or exc.line is not None or exc.field is None:
+            raise
+        loc = _Locator(text)
+        m = _ELEMENT.fullmatch(exc.field)
+        line = loc.element_line(m[1], int(m[2]), m[3]) if m else loc.key_line(exc.field.split("[")[0])
+        raise WorkloadError(exc.message, path=exc.path, line=line, field=exc.field) from None
+
+
+def _parse(document: Any, *, path: str | Path, name: str | None) -> ComputeGraph:
     path = str(path)
     if not isinstance(document, dict):
-        raise WorkloadError("expected a JSON object", path=path)
+        raise WorkloadError("expected a JSON object", path=path, line=1)
     unknown = sorted(set(document) - TOP_KEYS)
     if unknown:
-        raise WorkloadError(f"unknown key {unknown[0]!r} (expected {', '.join(sorted(TOP_KEYS))})", path=path)
+        raise WorkloadError(f"unknown key (expected {', '.join(sorted(TOP_KEYS))})", path=path, field=unknown[0])
     for key in ("maxSizePerFPGA", "maxFPGAs", "nodes", "edges"):
         if key not in document:
             raise WorkloadError("missing", path=path, field=key)
@@ -80,8 +110,10 @@ def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | 
         raise WorkloadError("must be > 0", path=path, field="maxSizePerFPGA")
     fpgas = _integer(document["maxFPGAs"], path, "maxFPGAs")
     cpus = _integer(document.get("maxCPUs", 1), path, "maxCPUs")
-    if not 1 <= fpgas <= 4096 or not 0 <= cpus <= 4096:
-        raise WorkloadError(f"maxFPGAs must be in 1..4096 and maxCPUs in 0..4096, got {fpgas}, {cpus}", path=path)
+    if not 1 <= fpgas <= 4096:
+        raise WorkloadError(f"must be in 1..4096, got {fpgas}", path=path, field="maxFPGAs")
+    if not 0 <= cpus <= 4096:
+        raise WorkloadError(f"must be in 0..4096, got {cpus}", path=path, field="maxCPUs")
     nodes, edges = document["nodes"], document["edges"]
     if not isinstance(nodes, list) or not nodes:
         raise WorkloadError("expected a non-empty list", path=path, field="nodes")
@@ -94,18 +126,22 @@ def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | 
     for i, node in enumerate(nodes):
         where = f"nodes[{i}]"
         if not isinstance(node, dict):
-            raise WorkloadError(f"{where}: expected an object", path=path)
+            raise WorkloadError(f"expected an object, got {show(node)}", path=path, field=where)
         unknown = sorted(set(node) - NODE_KEYS)
         if unknown:
-            raise WorkloadError(f"{where}: unknown key {unknown[0]!r}", path=path)
+            raise WorkloadError(f"unknown key (expected {', '.join(sorted(NODE_KEYS))})", path=path,
+                                field=f"{where}.{unknown[0]}")
         for key in ("id", "cpuLatency", "fpgaLatency", "size"):
             if key not in node:
-                raise WorkloadError(f"{where}: missing {key!r}", path=path)
+                raise WorkloadError("missing", path=path, field=f"{where}.{key}")
         nid = _integer(node["id"], path, f"{where}.id")
         if nid in index:
-            raise WorkloadError(f"{where}: node id {nid} given twice", path=path)
+            raise WorkloadError(f"node id {nid} given twice (also nodes[{index[nid]}])", path=path,
+                                field=f"{where}.id")
         index[nid] = i
-        names.append(str(node.get("name", nid)) if "name" in node else str(nid))
+        names.append(_text(node["name"], path, f"{where}.name") if "name" in node else str(nid))
+        if "layerId" in node:
+            _integer(node["layerId"], path, f"{where}.layerId")  # debug field: checked, not used
         cpu_ms.append(_number(node["cpuLatency"], path, f"{where}.cpuLatency", bound=bound_ms))
         fpga = _number(node["fpgaLatency"], path, f"{where}.fpgaLatency", bound=bound_ms)
         supported = _flag(node.get("supportedOnFpga", True), path, f"{where}.supportedOnFpga")
@@ -115,22 +151,27 @@ def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | 
         c = node.get("colorClass")
         colour.append(None if c is None else _integer(c, path, f"{where}.colorClass"))
     src, dst, cost_ms, ebytes = [], [], [], []
+    seen: dict[tuple[int, int], int] = {}
     for k, edge in enumerate(edges):
         where = f"edges[{k}]"
         if not isinstance(edge, dict):
-            raise WorkloadError(f"{where}: expected an object", path=path)
+            raise WorkloadError(f"expected an object, got {show(edge)}", path=path, field=where)
         unknown = sorted(set(edge) - EDGE_KEYS)
         if unknown:
-            raise WorkloadError(f"{where}: unknown key {unknown[0]!r}", path=path)
+            raise WorkloadError(f"unknown key (expected {', '.join(sorted(EDGE_KEYS))})", path=path,
+                                field=f"{where}.{unknown[0]}")
         for key in ("sourceId", "destId", "cost"):
             if key not in edge:
-                raise WorkloadError(f"{where}: missing {key!r}", path=path)
+                raise WorkloadError("missing", path=path, field=f"{where}.{key}")
         s, d = _integer(edge["sourceId"], path, f"{where}.sourceId"), _integer(edge["destId"], path, f"{where}.destId")
         for end in (s, d):
             if end not in index:
-                raise WorkloadError(f"{where}: node id {end} does not exist", path=path)
+                raise WorkloadError(f"node id {end} does not exist", path=path, field=where)
         if s == d:
-            raise WorkloadError(f"{where}: self-loop on node {s}", path=path)
+            raise WorkloadError(f"self-loop on node {s}", path=path, field=where)
+        if (s, d) in seen:
+            raise WorkloadError(f"duplicate edge {s} -> {d} (also edges[{seen[s, d]}])", path=path, field=where)
+        seen[s, d] = k
         src.append(index[s])
         dst.append(index[d])
         cost_ms.append(_number(edge["cost"], path, f"{where}.cost", bound=bound_ms))
@@ -144,6 +185,9 @@ def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | 
     group_of: dict[tuple, int] = {}
     group = [group_of.setdefault(("c", c) if c is not None else ("n", i), len(group_of))
              for i, c in enumerate(colour)]
+    if len(set(names)) != len(names):
+        # Names are debug fields: placements need distinct node names, so use the ids instead.
+        names = [str(nid) for nid in index]
     unit = DNN_PARTITIONING_TIME_UNIT_S
     graph_name = name or (Path(path).stem if path else "dnn-partitioning")
     return ComputeGraph(
@@ -160,9 +204,6 @@ def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | 
 
 def load_dnn_partitioning(path: str | Path) -> ComputeGraph:
     """Read a dnn-partitioning JSON file (see :func:`parse_dnn_partitioning`)."""
-    text = read_text(Path(path))
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
-    return parse_dnn_partitioning(document, path=path)
+    # Control characters outside strings are JSON syntax errors, inside strings json rejects them.
+    text = read_text(Path(path), allow_controls=True)
+    return parse_dnn_partitioning(parse_json_document(text, path=path), path=path, text=text)

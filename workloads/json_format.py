@@ -1,6 +1,7 @@
-"""The pacml JSON graph format (version 1): loader, writer and validator.
+"""The pacml JSON graph format: loader, writer and validator (version 1: a forward graph; version
+2: a computation graph with explicit nodes, per-device-kind times, groups and edge costs).
 
-A graph file holds one profiled *forward* graph; the training graph (mirrored backward ops
+Version 1 holds one profiled *forward* graph; the training graph (mirrored backward ops
 and the join edge) is derived from it. Times are seconds, sizes bytes::
 
     {
@@ -16,7 +17,7 @@ and the join edge) is derived from it. Times are seconds, sizes bytes::
       "edges": [["node1", "node2"], ...]
     }
 
-* ``format`` / ``version``: required; this module reads version 1 (the integer 1, not ``true``).
+* ``format`` / ``version``: required; version 1 or 2 (the integer, not ``true`` or ``1.0``).
 * ``name``: required model name.
 * ``time_unit_s``: seconds per unit of the op times (optional; default 1.0, i.e. the times are
   seconds, as files written before the field existed always were). The writer always records it:
@@ -32,9 +33,45 @@ and the join edge) is derived from it. Times are seconds, sizes bytes::
   last op (in list order) with no successor.
 * ``source``, ``notes``: optional free text.
 
-Any other key (at the top or in an op), or a key given twice, is an error: a misspelt optional
-key would otherwise be silently ignored. Errors name the file, the line, the op and the field
-(:class:`WorkloadError`).
+Version 2 holds a :class:`~workloads.compute_graph.ComputeGraph` as an op placer sees it (what
+``pacml-graph convert`` writes for a dnn-partitioning file, so that nothing of it is lost)::
+
+    {
+      "format": "pacml-graph", "version": 2, "name": "bert24_training", "time_unit_s": 1.0,
+      "kinds": ["cpu", "accelerator"], "reference_kind": "accelerator",
+      "devices": {"max_accelerators": 6, "accelerator_memory_bytes": 17185374208.0, "max_cpus": 1},
+      "backward_after_forward": true, "origin_format": "dnn-partitioning",
+      "nodes": [
+        {"id": "node3", "time": {"cpu": 0.00696, "accelerator": 0.000696}, "memory_bytes": 131325952.0,
+         "backward": false, "group": 1, "node_id": 3, "colour_class": 3},
+        ...
+      ],
+      "edges": [{"src": "node3", "dst": "node4", "bytes": 1048576.0, "cost": 0.00012}, ...]
+    }
+
+* ``kinds``: required list of device kinds (lower-case names) the times are given for;
+  ``reference_kind`` (one of them, required) stands in for kinds a device set has but the graph
+  does not list (see :meth:`ComputeGraph.node_time_s`).
+* ``nodes``: required non-empty list, in the graph's node order. Each node: ``id`` (unique string,
+  the name placements use), ``time`` (an object with exactly one entry per kind: a number >= 0 in
+  units of ``time_unit_s``, or ``null`` when the node cannot run on that kind), ``memory_bytes``,
+  ``backward`` (``true`` for a node of the backward pass) and ``group`` (integer; the nodes of one
+  group are placed on one device; groups are numbered ``0..G-1`` with none left out); optional
+  ``node_id`` (integer id in the source file; every node or none) and ``colour_class`` (integer or
+  ``null``).
+* ``edges``: required list of ``{"src": id, "dst": id}`` objects with optional ``bytes`` (bytes
+  carried) and ``cost`` (fixed transfer time, in units of ``time_unit_s``, when the ends are on
+  different devices); absent or ``null`` means unknown. No self-loop, duplicate or cycle.
+* ``devices`` (optional): the file's own device set, exactly ``max_accelerators`` (1..4096),
+  ``accelerator_memory_bytes`` (> 0) and ``max_cpus`` (0..4096).
+* ``backward_after_forward`` (optional boolean): the backward pass starts after the whole forward
+  pass (a graph with explicit backward nodes and no edge between the passes).
+* ``origin_format`` (optional string): the format the graph was converted from.
+* ``name``, ``time_unit_s``, ``source``, ``notes``: as in version 1.
+
+In both versions any other key (at the top or in an op or node), or a key given twice, is an
+error: a misspelt optional key would otherwise be silently ignored. Errors name the file, the line,
+the op (or node / edge index) and the field (:class:`WorkloadError`).
 """
 
 from __future__ import annotations
@@ -48,12 +85,16 @@ from typing import Any
 
 import numpy as np
 
+from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
 from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, TIME_UNIT_RANGE_S, OpGraph, find_cycle
 from workloads.io import atomic_write_text, line_of_offset, read_text, show
 
 FORMAT_NAME = "pacml-graph"
 FORMAT_VERSION = 1
+#: Version of the computation-graph form (explicit nodes, per-kind times, groups, edge costs).
+COMPUTE_FORMAT_VERSION = 2
+SUPPORTED_VERSIONS = (FORMAT_VERSION, COMPUTE_FORMAT_VERSION)
 OP_NUMBER_FIELDS = ("forward_time_s", "backward_time_s", "activation_bytes", "parameter_bytes")
 TOP_LEVEL_KEYS = ("format", "version", "name", "time_unit_s", "loss_op", "source", "notes", "ops", "edges")
 OP_KEYS = ("id", "label", *OP_NUMBER_FIELDS)
@@ -197,10 +238,47 @@ def _suggest(key: str, known: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
 
 
-def parse_json_graph(text: str, *, path: str | Path = "<string>") -> OpGraph:
-    """Validate and convert the text of a pacml JSON graph into an :class:`OpGraph`.
+def parse_json_document(text: str, *, path: str | Path = "<string>") -> Any:
+    """Parse JSON text strictly: a key given twice, nesting deeper than :data:`MAX_NESTING` or an
+    integer literal beyond Python's limit is an error naming the line (the json module would keep
+    the last key silently, or raise ``RecursionError``).
+
+    Raises:
+        WorkloadError: naming the file and line.
+    """
+    loc = _Locator(text)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
+    except _DuplicateKey as exc:
+        key = str(exc)
+        m = list(re.finditer(re.escape(json.dumps(key)) + r"\s*:", text))
+        line = loc.line_of(m[1].start()) if len(m) > 1 else None
+        raise WorkloadError("key given twice in one object", path=path, field=key, line=line) from None
+    except RecursionError:
+        raise WorkloadError(f"JSON nested more than {MAX_NESTING} deep", path=path,
+                            line=loc.nesting_line()) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's 4300-digit limit
+        m = re.search(r"\d{1000,}", text)
+        raise WorkloadError(f"invalid JSON: {str(exc).split(';')[0]}", path=path,
+                            line=loc.line_of(m.start()) if m else None) from None
+
+
+def json_document_version(doc: Any) -> int | None:
+    """The ``version`` of a pacml JSON document if it is one this module reads, else ``None``."""
+    if isinstance(doc, dict):
+        version = doc.get("version")
+        if type(version) is int and version in SUPPORTED_VERSIONS:  # not True, not 1.0
+            return version
+    return None
+
+
+def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any = None) -> OpGraph:
+    """Validate and convert the text of a pacml JSON graph (version 1) into an :class:`OpGraph`.
 
     Linear in the size of the document: line numbers are looked up only for the error raised.
+    ``document`` is the already parsed ``text`` (saves parsing it twice).
 
     Raises:
         WorkloadError: naming the file, line, op and field of the first problem found.
@@ -210,23 +288,15 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>") -> OpGraph:
     def fail(message: str, *, field: str | None = None, line: int | None = None) -> WorkloadError:
         return WorkloadError(message, path=path, line=line, field=field)
 
-    try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    except json.JSONDecodeError as exc:
-        raise fail(f"invalid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
-    except _DuplicateKey as exc:
-        key = str(exc)
-        m = list(re.finditer(re.escape(json.dumps(key)) + r"\s*:", text))
-        line = loc.line_of(m[1].start()) if len(m) > 1 else None
-        raise fail("key given twice in one object", field=key, line=line) from None
-    except RecursionError:
-        raise fail(f"JSON nested more than {MAX_NESTING} deep", line=loc.nesting_line()) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python's 4300-digit limit
-        m = re.search(r"\d{1000,}", text)
-        raise fail(f"invalid JSON: {str(exc).split(';')[0]}", line=loc.line_of(m.start()) if m else None) from None
-
+    doc = parse_json_document(text, path=path) if document is None else document
     if not isinstance(doc, dict):
         raise fail("top level must be a JSON object", line=1)
+    if json_document_version(doc) == COMPUTE_FORMAT_VERSION:
+        raise fail("version 2 is a computation graph: read it with workloads.loaders.load_graph or "
+                   "load_compute_graph", field="version", line=loc.key_line("version"))
+    if "version" in doc and json_document_version(doc) is None:  # before the keys: they depend on it
+        raise fail(f"unsupported version {show(doc['version'])} (this reader supports "
+                   f"{' and '.join(map(str, SUPPORTED_VERSIONS))})", field="version", line=loc.key_line("version"))
     for key in doc:
         if key not in TOP_LEVEL_KEYS:
             raise fail(f"unknown key{_suggest(key, TOP_LEVEL_KEYS)}", field=key, line=loc.key_line(key))
@@ -237,7 +307,8 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>") -> OpGraph:
         raise fail(f"expected {FORMAT_NAME!r}, got {show(doc['format'])}", field="format", line=loc.key_line("format"))
     version = doc["version"]
     if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
-        raise fail(f"unsupported version {show(version)} (this reader supports {FORMAT_VERSION})",
+        raise fail(f"unsupported version {show(version)} (this reader supports "
+                   f"{' and '.join(map(str, SUPPORTED_VERSIONS))})",
                    field="version", line=loc.key_line("version"))
     if not isinstance(doc["name"], str) or not doc["name"].strip() or _CONTROL.search(doc["name"]):
         raise fail("must be a non-empty string without control characters", field="name", line=loc.key_line("name"))
@@ -380,4 +451,297 @@ def write_json_graph(graph: OpGraph, path: str | Path, *, notes: str | None = No
     """Write ``graph`` to ``path`` atomically in the pacml JSON format; returns the path."""
     path = Path(path)
     atomic_write_text(path, graph_to_json(graph, notes=notes))
+    return path
+
+
+# ---------------------------------------------------------------- version 2: computation graphs
+COMPUTE_TOP_LEVEL_KEYS = ("format", "version", "name", "time_unit_s", "kinds", "reference_kind", "devices",
+                          "backward_after_forward", "origin_format", "source", "notes", "nodes", "edges")
+COMPUTE_NODE_KEYS = ("id", "time", "memory_bytes", "backward", "group", "node_id", "colour_class")
+COMPUTE_EDGE_KEYS = ("src", "dst", "bytes", "cost")
+DEVICE_KEYS = ("max_accelerators", "accelerator_memory_bytes", "max_cpus")
+#: Largest accelerator / CPU count of a file's own device set (as the dnn-partitioning reader).
+MAX_DEVICE_COUNT = 4096
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def parse_compute_graph(text: str, *, path: str | Path = "<string>", document: Any = None) -> ComputeGraph:
+    """Validate and convert a version-2 pacml JSON document into a :class:`ComputeGraph`.
+
+    See the module docstring for the fields. ``document`` is the already parsed ``text``.
+
+    Raises:
+        WorkloadError: naming the file, line, node or edge index and field of the first problem.
+    """
+    loc = _Locator(text)
+    path = str(path)
+
+    def fail(message: str, *, field: str | None = None, line: int | None = None) -> WorkloadError:
+        return WorkloadError(message, path=path, line=line, field=field)
+
+    doc = parse_json_document(text, path=path) if document is None else document
+    if not isinstance(doc, dict):
+        raise fail("top level must be a JSON object", line=1)
+    for key in doc:
+        if key not in COMPUTE_TOP_LEVEL_KEYS:
+            raise fail(f"unknown key{_suggest(key, COMPUTE_TOP_LEVEL_KEYS)}", field=key, line=loc.key_line(key))
+    for key in ("format", "version", "name", "kinds", "reference_kind", "nodes", "edges"):
+        if key not in doc:
+            raise fail("missing required field", field=key, line=1)
+    if doc["format"] != FORMAT_NAME:
+        raise fail(f"expected {FORMAT_NAME!r}, got {show(doc['format'])}", field="format", line=loc.key_line("format"))
+    if json_document_version(doc) != COMPUTE_FORMAT_VERSION:
+        raise fail(f"expected {COMPUTE_FORMAT_VERSION}, got {show(doc['version'])}", field="version",
+                   line=loc.key_line("version"))
+    for key in ("name", "origin_format"):
+        value = doc.get(key, "x")
+        if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
+            raise fail("must be a non-empty string without control characters", field=key, line=loc.key_line(key))
+    for key in ("source", "notes"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise fail(f"must be a string, got {show(doc[key])}", field=key, line=loc.key_line(key))
+    time_unit_s = doc.get("time_unit_s", 1.0)
+    if (isinstance(time_unit_s, bool) or not isinstance(time_unit_s, int | float)
+            or not TIME_UNIT_RANGE_S[0] <= time_unit_s <= TIME_UNIT_RANGE_S[1]):
+        raise fail(f"must be a number of seconds in [{TIME_UNIT_RANGE_S[0]:g}, {TIME_UNIT_RANGE_S[1]:g}], "
+                   f"got {show(time_unit_s)}", field="time_unit_s", line=loc.key_line("time_unit_s"))
+    kinds = doc["kinds"]
+    if (not isinstance(kinds, list) or not kinds or len(set(map(str, kinds))) != len(kinds)
+            or not all(isinstance(k, str) and _KIND.fullmatch(k) for k in kinds)):
+        raise fail(f"must be a non-empty list of distinct device kinds (lower-case names), got {show(kinds)}",
+                   field="kinds", line=loc.key_line("kinds"))
+    reference = doc["reference_kind"]
+    if reference not in kinds:
+        raise fail(f"must be one of the kinds {kinds}, got {show(reference)}", field="reference_kind",
+                   line=loc.key_line("reference_kind"))
+    meta: dict[str, object] = {"format": doc.get("origin_format", FORMAT_NAME)}
+    devices = doc.get("devices")
+    if devices is not None:
+        if not isinstance(devices, dict) or set(devices) != set(DEVICE_KEYS):
+            raise fail(f"must be an object with exactly the keys {', '.join(DEVICE_KEYS)}, got {show(devices)}",
+                       field="devices", line=loc.key_line("devices"))
+        for key in ("max_accelerators", "max_cpus"):
+            value = devices[key]
+            low = 1 if key == "max_accelerators" else 0
+            if type(value) is not int or not low <= value <= MAX_DEVICE_COUNT:
+                raise fail(f"must be an integer in {low}..{MAX_DEVICE_COUNT}, got {show(value)}",
+                           field=f"devices.{key}", line=loc.key_line(key))
+            meta[key] = value
+        mem = _number(devices["accelerator_memory_bytes"], MAX_OP_BYTES)
+        if isinstance(mem, str) or mem <= 0:
+            raise fail(f"must be a number of bytes in (0, {MAX_OP_BYTES:g}], got "
+                       f"{show(devices['accelerator_memory_bytes'])}", field="devices.accelerator_memory_bytes",
+                       line=loc.key_line("accelerator_memory_bytes"))
+        meta["accelerator_memory_bytes"] = float(mem)
+    barrier = doc.get("backward_after_forward", False)
+    if not isinstance(barrier, bool):
+        raise fail(f"must be true or false, got {show(barrier)}", field="backward_after_forward",
+                   line=loc.key_line("backward_after_forward"))
+
+    nodes = doc["nodes"]
+    if not isinstance(nodes, list) or not nodes:
+        raise fail("must be a non-empty list of nodes", field="nodes", line=loc.key_line("nodes"))
+    n = len(nodes)
+    time_bound = MAX_OP_TIME_S / time_unit_s
+    times = np.zeros((len(kinds), n), dtype=np.float64)
+    memory = np.zeros(n, dtype=np.float64)
+    backward = np.zeros(n, dtype=bool)
+    group = np.zeros(n, dtype=np.int64)
+    index: dict[str, int] = {}
+    node_ids: list[int] = []
+    colour: list[int | None] = []
+    has_node_id = has_colour = False
+    known_node_keys = frozenset(COMPUTE_NODE_KEYS)
+    for i, node in enumerate(nodes):
+        def node_fail(message: str, key: str, i: int = i) -> WorkloadError:
+            return fail(f"nodes[{i}]: {message}", field=key, line=loc.element_line("nodes", i, key))
+
+        if not isinstance(node, dict):
+            raise fail(f"nodes[{i}] must be an object, got {show(node)}", field="nodes",
+                       line=loc.element_line("nodes", i))
+        if not known_node_keys.issuperset(node):
+            key = next(k for k in node if k not in known_node_keys)
+            raise node_fail(f"unknown key{_suggest(key, COMPUTE_NODE_KEYS)}", key)
+        for key in ("id", "time", "memory_bytes", "backward", "group"):
+            if key not in node:
+                raise node_fail("missing field", key)
+        node_name = node["id"]
+        if not isinstance(node_name, str) or not node_name or _CONTROL.search(node_name):
+            raise node_fail(f"must be a non-empty string without control characters, got {show(node_name)}", "id")
+        if node_name in index:
+            raise node_fail(f"duplicate node id {node_name!r} (also nodes[{index[node_name]}])", "id")
+        index[node_name] = i
+        node_time = node["time"]
+        if not isinstance(node_time, dict) or set(node_time) != set(kinds):
+            raise node_fail(f"must map exactly the kinds {kinds} to a time (null: cannot run there), "
+                            f"got {show(node_time)}", "time")
+        for k, kind in enumerate(kinds):
+            value = node_time[kind]
+            if value is None:
+                times[k, i] = math.inf
+                continue
+            number = _number(value, time_bound)
+            if isinstance(number, str):
+                raise node_fail(f"kind {kind!r}: {number}", "time")
+            times[k, i] = number * time_unit_s
+        number = _number(node["memory_bytes"], MAX_OP_BYTES)
+        if isinstance(number, str):
+            raise node_fail(number, "memory_bytes")
+        memory[i] = number
+        if not isinstance(node["backward"], bool):
+            raise node_fail(f"must be true or false, got {show(node['backward'])}", "backward")
+        backward[i] = node["backward"]
+        g = node["group"]
+        if type(g) is not int or not 0 <= g < n:
+            raise node_fail(f"must be an integer in 0..{n - 1}, got {show(g)}", "group")
+        group[i] = g
+        node_id = node.get("node_id")
+        if node_id is not None and type(node_id) is not int:
+            raise node_fail(f"must be an integer, got {show(node_id)}", "node_id")
+        has_node_id |= node_id is not None
+        node_ids.append(node_id)
+        c = node.get("colour_class")
+        if c is not None and type(c) is not int:
+            raise node_fail(f"must be an integer or null, got {show(c)}", "colour_class")
+        has_colour |= "colour_class" in node
+        colour.append(c)
+    used = np.zeros(n, dtype=bool)
+    used[group] = True
+    gmax = int(group.max())
+    if not used[: gmax + 1].all():
+        missing = int(np.flatnonzero(~used[: gmax + 1])[0])
+        raise fail(f"groups must be numbered 0..G-1 with none left out; group {missing} has no node "
+                   f"(largest is {gmax})", field="group", line=loc.key_line("nodes"))
+    for k, kind in enumerate(kinds):
+        if kind == reference and np.isinf(times[k]).all():
+            raise fail(f"no node can run on the reference kind {kind!r}", field="reference_kind",
+                       line=loc.key_line("reference_kind"))
+    if has_node_id:
+        if any(v is None for v in node_ids):
+            i = node_ids.index(None)
+            raise fail(f"nodes[{i}]: missing field (every node or none has one)", field="node_id",
+                       line=loc.element_line("nodes", i))
+        if len(set(node_ids)) != n:
+            raise fail("node ids must be distinct", field="node_id", line=loc.key_line("nodes"))
+        meta["node_ids"] = tuple(node_ids)
+    if has_colour:
+        meta["colour_class"] = tuple(colour)
+    if "backward_after_forward" in doc:
+        meta["backward_after_forward"] = barrier
+
+    edges_in = doc["edges"]
+    if not isinstance(edges_in, list):
+        raise fail("must be a list of edges", field="edges", line=loc.key_line("edges"))
+    pairs: list[tuple[int, int]] = []
+    edge_bytes = np.full(len(edges_in), np.nan)
+    edge_cost_s = np.full(len(edges_in), np.nan)
+    seen: dict[tuple[int, int], int] = {}
+    for k, edge in enumerate(edges_in):
+        def edge_fail(message: str, key: str, k: int = k) -> WorkloadError:
+            return fail(f"edges[{k}]: {message}", field=key, line=loc.element_line("edges", k))
+
+        if not isinstance(edge, dict) or not {"src", "dst"} <= set(edge) or not set(edge) <= set(COMPUTE_EDGE_KEYS):
+            raise edge_fail(f"must be an object with src, dst and optional bytes, cost; got {show(edge)}", "edges")
+        ends = []
+        for end in ("src", "dst"):
+            if not isinstance(edge[end], str) or edge[end] not in index:
+                raise edge_fail(f"unknown node {show(edge[end])}", end)
+            ends.append(index[edge[end]])
+        pair = (ends[0], ends[1])
+        if pair[0] == pair[1]:
+            raise edge_fail(f"self-loop on {edge['src']!r}", "edges")
+        if pair in seen:
+            raise edge_fail(f"duplicate edge {edge['src']!r} -> {edge['dst']!r} (also edges[{seen[pair]}])", "edges")
+        seen[pair] = k
+        pairs.append(pair)
+        for key, bound, out, scale in (("bytes", MAX_OP_BYTES, edge_bytes, 1.0),
+                                       ("cost", time_bound, edge_cost_s, time_unit_s)):
+            if edge.get(key) is not None:
+                number = _number(edge[key], bound)
+                if isinstance(number, str):
+                    raise edge_fail(number, key)
+                out[k] = number * scale
+    cycle = find_cycle(n, pairs)
+    if cycle is not None:
+        names = list(index)
+        closing = max(seen[(a, b)] for a, b in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
+        raise fail("graph has a cycle: " + " -> ".join(names[i] for i in [*cycle, cycle[0]]),
+                   field="edges", line=loc.element_line("edges", closing))
+    return ComputeGraph(
+        name=doc["name"], node_names=tuple(index),
+        kind_time_s={kind: times[k] for k, kind in enumerate(kinds)}, reference_kind=reference,
+        memory_bytes=memory, is_backward=backward, group=group,
+        edges=np.array(pairs, dtype=np.int64).reshape(-1, 2), edge_bytes=edge_bytes, edge_cost_s=edge_cost_s,
+        source=path, meta=meta)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(value)
+
+
+def compute_graph_to_json(graph: ComputeGraph, *, notes: str | None = None) -> str:
+    """Serialise a :class:`ComputeGraph` as a version-2 pacml JSON document (one node per line).
+
+    Everything the graph holds comes back from :func:`parse_compute_graph` unchanged (same
+    :attr:`~ComputeGraph.fingerprint`): per-kind times in seconds (``null`` for ``inf``), memory,
+    backward flags, groups, edge bytes and costs (``null`` for ``nan``), and the file's own device
+    set, node ids and colour classes when the graph came from a dnn-partitioning file.
+
+    Raises:
+        WorkloadError: If node names are not distinct (a placement names nodes by them).
+    """
+    if len(set(graph.node_names)) != graph.num_nodes:
+        raise WorkloadError("node names must be distinct to be written as node ids", path=graph.source)
+    meta = graph.meta
+    kinds = list(graph.kind_time_s)
+    head: dict[str, object] = {"format": FORMAT_NAME, "version": COMPUTE_FORMAT_VERSION, "name": graph.name,
+                               "time_unit_s": 1.0, "kinds": kinds, "reference_kind": graph.reference_kind}
+    if all(k in meta for k in DEVICE_KEYS):
+        head["devices"] = {"max_accelerators": int(meta["max_accelerators"]),
+                           "accelerator_memory_bytes": float(meta["accelerator_memory_bytes"]),
+                           "max_cpus": int(meta["max_cpus"])}
+    if "backward_after_forward" in meta:
+        head["backward_after_forward"] = bool(meta["backward_after_forward"])
+    if isinstance(meta.get("format"), str) and meta["format"] != FORMAT_NAME:
+        head["origin_format"] = meta["format"]
+    head["source"] = graph.source
+    if notes:
+        head["notes"] = notes
+    node_ids = meta.get("node_ids")
+    colour = meta.get("colour_class")
+    nodes = []
+    for i, node_name in enumerate(graph.node_names):
+        node: dict[str, object] = {
+            "id": node_name, "time": {k: _finite_or_none(graph.kind_time_s[k][i]) for k in kinds},
+            "memory_bytes": float(graph.memory_bytes[i]), "backward": bool(graph.is_backward[i]),
+            "group": int(graph.group[i])}
+        if node_ids is not None:
+            node["node_id"] = int(node_ids[i])
+        if colour is not None:
+            node["colour_class"] = None if colour[i] is None else int(colour[i])
+        nodes.append(node)
+    edges = []
+    for k, (s, d) in enumerate(graph.edges.tolist()):
+        edge: dict[str, object] = {"src": graph.node_names[s], "dst": graph.node_names[d]}
+        if not math.isnan(graph.edge_bytes[k]):
+            edge["bytes"] = float(graph.edge_bytes[k])
+        if not math.isnan(graph.edge_cost_s[k]):
+            edge["cost"] = float(graph.edge_cost_s[k])
+        edges.append(edge)
+    lines = ["{"]
+    lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    lines.append('  "nodes": [')
+    lines.append(",\n".join(f"    {json.dumps(node)}" for node in nodes))
+    lines.append("  ],")
+    lines.append('  "edges": [')
+    lines.append(",\n".join(f"    {json.dumps(edge)}" for edge in edges))
+    lines.append("  ]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_compute_graph(graph: ComputeGraph, path: str | Path, *, notes: str | None = None) -> Path:
+    """Write ``graph`` to ``path`` atomically as a version-2 pacml JSON document; returns the path."""
+    path = Path(path)
+    atomic_write_text(path, compute_graph_to_json(graph, notes=notes))
     return path

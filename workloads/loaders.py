@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from workloads.compute_graph import ComputeGraph
-from workloads.dnn_partitioning import looks_like_dnn_partitioning, parse_dnn_partitioning
+from workloads.dnn_partitioning import (
+    TOP_KEYS as DNN_TOP_KEYS,
+)
+from workloads.dnn_partitioning import (
+    parse_dnn_partitioning,
+)
 from workloads.errors import WorkloadError
 from workloads.graph import TIME_UNIT_RANGE_S, OpGraph, TrainingGraph
 from workloads.io import read_text
-from workloads.json_format import load_json_graph
+from workloads.json_format import (
+    COMPUTE_FORMAT_VERSION,
+    json_document_version,
+    parse_compute_graph,
+    parse_json_document,
+    parse_json_graph,
+)
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S, load_pipedream
 
 log = logging.getLogger(__name__)
@@ -39,31 +53,204 @@ def clock_unit_s(time_unit_s: float) -> float:
     return PIPEDREAM_TIME_UNIT_S / time_unit_s
 
 
-def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
-    """Load one graph file, choosing the format by suffix, on the clock ``time_unit_s`` sets.
+#: The graph formats, by the name messages use, and what tells each apart (the content, not the
+#: file name).
+PIPEDREAM = "PipeDream graph.txt"
+PACML_JSON = "pacml JSON"
+DNN_PARTITIONING = "dnn-partitioning JSON"
+FORMATS_TRIED = (f"{PIPEDREAM} (lines 'node<ID> -- ...')", f"{PACML_JSON} (\"format\": \"pacml-graph\")",
+                 f"{DNN_PARTITIONING} (\"maxFPGAs\", \"nodes\")")
+_PACML_KEYS = frozenset({"format", "version", "ops"})
+#: Keys of a dnn-partitioning *split* (``human-experts/*.json``): a placement, not a graph.
+_SPLIT_KEYS = frozenset({"cpus", "fpgas"})
 
-    ``time_unit_s`` is the scenario's ``workload.profile_time_unit_s``: simulated seconds per
-    PipeDream profile millisecond. PipeDream ``graph.txt`` times are multiplied by it; a ``.json``
-    graph records the unit of its own times (``time_unit_s``, seconds by default) and is converted
-    to the same clock, so a graph gives the same job whichever format it comes in (in the paper
-    scenario a JSON graph in seconds has its times multiplied by 1000).
+
+@dataclass(frozen=True)
+class DetectedGraph:
+    """A graph file whose format was recognised from its content.
+
+    Attributes:
+        path: The file.
+        format: :data:`PIPEDREAM`, :data:`PACML_JSON` or :data:`DNN_PARTITIONING`.
+        version: The pacml JSON version (1 or 2), else ``None``.
+        text: The file's text.
+        document: The parsed JSON document (``None`` for PipeDream).
+    """
+
+    path: Path
+    format: str
+    version: int | None
+    text: str
+    document: Any = None
+
+    @property
+    def description(self) -> str:
+        """The format in words, e.g. ``pacml JSON version 2``."""
+        return f"{self.format} version {self.version}" if self.version else self.format
+
+
+def _unknown_format(path: Path, what: str) -> WorkloadError:
+    return WorkloadError(f"{what}: not a graph in any known format (tried {'; '.join(FORMATS_TRIED)})",
+                         path=path, line=1)
+
+
+def detect_graph_format(path: str | Path) -> DetectedGraph:
+    """Read ``path`` and recognise its format from the content (the suffix plays no part).
+
+    JSON (the text starts with ``{`` or ``[``) is a pacml document if it has ``format``,
+    ``version`` or ``ops``, a dnn-partitioning document if it has ``maxFPGAs``,
+    ``maxSizePerFPGA``, ``maxCPUs`` or ``nodes``; other text is a PipeDream profile if its first
+    line is a node line. A file that is half one format is read as that format, so that its
+    error names the field at fault.
+
+    Raises:
+        WorkloadError: If the file cannot be read, is not valid JSON (once it looks like JSON) or
+            is in no known format (one line listing the formats tried).
     """
     path = Path(path)
+    # Controls are checked per format: JSON rejects them itself, PipeDream's reader names them.
+    text = read_text(path, allow_controls=True)
+    head = text.lstrip(" \t\r\n")
+    if head.startswith(("{", "[")):
+        doc = parse_json_document(text, path=path)
+        if isinstance(doc, dict):
+            keys = set(doc)
+            if keys & _PACML_KEYS:
+                return DetectedGraph(path, PACML_JSON, json_document_version(doc), text, doc)
+            if keys & DNN_TOP_KEYS:
+                return DetectedGraph(path, DNN_PARTITIONING, None, text, doc)
+            if keys >= _SPLIT_KEYS:
+                raise WorkloadError("a dnn-partitioning split (cpus/fpgas: which node goes where), not a graph",
+                                    path=path, line=1)
+            shown = ", ".join(sorted(keys)[:5]) or "none"
+            raise _unknown_format(path, f"a JSON object with keys {shown}")
+        raise _unknown_format(path, f"a JSON {type(doc).__name__.replace('dict', 'object')}")
+    if not head:
+        raise _unknown_format(path, "empty graph file")
+    if head.startswith("node"):
+        return DetectedGraph(path, PIPEDREAM, None, text)
+    read_text(path)  # a control character or NUL byte: say that, naming its line
+    raise _unknown_format(path, "text that is neither JSON nor a PipeDream profile")
+
+
+def _check_time_unit(time_unit_s: float) -> None:
     low, high = TIME_UNIT_RANGE_S
     if not (isinstance(time_unit_s, int | float) and PIPEDREAM_TIME_UNIT_S / high <= time_unit_s
             <= PIPEDREAM_TIME_UNIT_S / low):
         raise WorkloadError(f"must be a number of seconds in [{PIPEDREAM_TIME_UNIT_S / high:g}, "
                             f"{PIPEDREAM_TIME_UNIT_S / low:g}], got {time_unit_s!r}",
                             field="workload.profile_time_unit_s")
-    if path.suffix.lower() != ".json":
+
+
+def compute_graph_of(detected: DetectedGraph) -> ComputeGraph:
+    """The :class:`ComputeGraph` of a recognised file (a PipeDream or version-1 JSON graph becomes
+    its training step: forward ops and their backward mirrors, on the physical clock)."""
+    if detected.format == DNN_PARTITIONING:
+        return parse_dnn_partitioning(detected.document, path=detected.path, text=detected.text)
+    if detected.format == PACML_JSON and detected.version == COMPUTE_FORMAT_VERSION:
+        return parse_compute_graph(detected.text, path=detected.path, document=detected.document)
+    graph = op_graph_of(detected, time_unit_s=PIPEDREAM_TIME_UNIT_S)
+    return ComputeGraph.from_training_graph(TrainingGraph(graph))
+
+
+def op_graph_of(detected: DetectedGraph, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
+    """The cluster simulator's :class:`OpGraph` of a recognised file, on the clock ``time_unit_s``
+    sets (see :func:`load_graph`); a computation graph is mapped by :func:`op_graph_from_compute_graph`."""
+    path = detected.path
+    if detected.format == PIPEDREAM:
         return load_pipedream(path, time_unit_s=time_unit_s)
-    graph = load_json_graph(path)
+    if detected.format == PACML_JSON and detected.version != COMPUTE_FORMAT_VERSION:
+        graph = parse_json_graph(detected.text, path=path, document=detected.document)
+    else:
+        graph = op_graph_from_compute_graph(compute_graph_of(detected))
     clock = clock_unit_s(time_unit_s)
     if graph.time_unit_s != clock:
         log.info("%s: times in units of %g s converted to the scenario's unit of %g s (x%g)",
                  path, graph.time_unit_s, clock, graph.time_unit_s / clock)
         graph = graph.in_time_unit(clock)
     return graph
+
+
+def op_graph_from_compute_graph(graph: ComputeGraph) -> OpGraph:
+    """Map a computation graph onto the cluster simulator's forward graph (which mirrors backward
+    ops itself).
+
+    * Ops are the forward nodes, in node order; edges are the edges between forward nodes.
+    * Forward time: the node's time on the reference kind (the accelerator of a dnn-partitioning
+      file, the GPU otherwise). Backward time: the reference-kind time of the backward nodes of
+      the node's group (colour class), shared among the group's forward nodes in proportion to
+      their forward time (equally if all are zero).
+    * ``parameter_bytes``: the node's memory; ``activation_bytes``: the largest ``bytes`` of its
+      edges to forward nodes (0 when the graph gives none).
+    * Times are in seconds (``time_unit_s=1``); loaders convert them to a scenario's clock.
+
+    Raises:
+        WorkloadError: If that cannot be done: a forward node that cannot run on the reference
+            kind, or backward nodes in a group with no forward node (their time would be lost).
+    """
+    forward = np.flatnonzero(~graph.is_backward)
+    backward = np.flatnonzero(graph.is_backward)
+    if not len(forward):
+        raise WorkloadError("has no forward node: cannot be a workload graph of the cluster simulator",
+                            path=graph.source, field="nodes")
+    time_s = graph.kind_time_s[graph.reference_kind]
+    bad = forward[np.isinf(time_s[forward])]
+    if len(bad):
+        raise WorkloadError(f"node {graph.node_names[bad[0]]!r} cannot run on the {graph.reference_kind!r} kind: "
+                            "the cluster simulator runs every op on an accelerator", path=graph.source,
+                            field="nodes")
+    bad = backward[np.isinf(time_s[backward])]
+    if len(bad):
+        raise WorkloadError(f"node {graph.node_names[bad[0]]!r} cannot run on the {graph.reference_kind!r} kind: "
+                            "the cluster simulator runs every op on an accelerator", path=graph.source,
+                            field="nodes")
+    fwd_of_group = np.zeros(graph.num_groups, dtype=np.int64)
+    np.add.at(fwd_of_group, graph.group[forward], 1)
+    orphan = backward[fwd_of_group[graph.group[backward]] == 0]
+    if len(orphan):
+        raise WorkloadError(
+            f"{len(orphan)} backward node(s), e.g. {graph.node_names[orphan[0]]!r}, belong to no forward node's "
+            "group (colour class): their time cannot be given to a forward op, so the graph cannot be a "
+            "workload of the cluster simulator (it can still be placed op by op)", path=graph.source,
+            field="nodes")
+    # Backward time of each group, shared among its forward nodes by forward time.
+    group_backward_s = np.bincount(graph.group[backward], weights=time_s[backward], minlength=graph.num_groups)
+    group_forward_s = np.bincount(graph.group[forward], weights=time_s[forward], minlength=graph.num_groups)
+    g = graph.group[forward]
+    share = np.where(group_forward_s[g] > 0, time_s[forward] / np.where(group_forward_s[g] > 0, group_forward_s[g], 1),
+                     1.0 / fwd_of_group[g])
+    backward_s = group_backward_s[g] * share
+    position = np.full(graph.num_nodes, -1, dtype=np.int64)
+    position[forward] = np.arange(len(forward))
+    keep = ~graph.is_backward[graph.edges[:, 0]] & ~graph.is_backward[graph.edges[:, 1]] if graph.num_edges \
+        else np.zeros(0, dtype=bool)
+    edges = position[graph.edges[keep]].reshape(-1, 2)
+    activation = np.zeros(len(forward))
+    sizes = np.nan_to_num(graph.edge_bytes[keep], nan=0.0)
+    np.maximum.at(activation, edges[:, 0], sizes)
+    has_succ = np.zeros(len(forward), dtype=bool)
+    has_succ[edges[:, 0]] = True
+    names = tuple(graph.node_names[i] for i in forward.tolist())
+    return OpGraph(
+        name=graph.name, op_ids=names, labels=names,
+        forward_time_s=time_s[forward], backward_time_s=backward_s,
+        activation_bytes=activation, parameter_bytes=graph.memory_bytes[forward], edges=edges,
+        loss_index=int(np.flatnonzero(~has_succ)[-1]), source=graph.source, time_unit_s=1.0)
+
+
+def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
+    """Load one graph file, recognising its format from the content, on the clock ``time_unit_s`` sets.
+
+    ``time_unit_s`` is the scenario's ``workload.profile_time_unit_s``: simulated seconds per
+    PipeDream profile millisecond. PipeDream ``graph.txt`` times are multiplied by it; a JSON
+    graph records the unit of its own times (``time_unit_s``, seconds by default; milliseconds in
+    a dnn-partitioning file) and is converted to the same clock, so a graph gives the same job
+    whichever format it comes in (in the paper scenario a JSON graph in seconds has its times
+    multiplied by 1000). A computation graph (dnn-partitioning, pacml JSON version 2) is mapped to
+    a forward graph by :func:`op_graph_from_compute_graph`, or refused with a clear error.
+    """
+    _check_time_unit(time_unit_s)
+    return op_graph_of(detect_graph_format(path), time_unit_s=time_unit_s)
 
 
 def _graph_files(directory: Path) -> list[Path]:
@@ -78,7 +265,8 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
     """Turn a graph set specification into a list of files.
 
     ``spec`` is a file, a directory (searched recursively for ``*.json`` and ``graph.txt``),
-    the name of a shipped model (e.g. ``"resnet18"``), the word ``"paper"`` (the paper's five
+    the name of a shipped model (e.g. ``"resnet18"``) or dnn-partitioning graph (e.g.
+    ``"bert24_training"``), the word ``"paper"`` (the paper's five
     graphs) or ``"all"`` (every shipped graph), or a list of any of these.
     """
     items: Sequence[str | Path]
@@ -108,10 +296,14 @@ def resolve_graph_paths(spec: str | Path | Iterable[str | Path]) -> list[Path]:
             paths.append(candidate)
         elif (PIPEDREAM_DIR / text / "graph.txt").is_file():
             paths.append(PIPEDREAM_DIR / text / "graph.txt")
+        elif text in shipped_placement_graphs():  # a dnn-partitioning graph, e.g. bert24_training
+            paths.append(shipped_placement_graphs()[text])
         else:
             raise WorkloadError(
                 f"graph {text!r} is not a file, a directory or a shipped model "
-                f"(shipped: {', '.join(shipped_models())})", field="workload.graphs")
+                f"(shipped: {', '.join(shipped_models())}; dnn-partitioning: "
+                f"{', '.join(n for n in shipped_placement_graphs() if n not in shipped_models())})",
+                field="workload.graphs")
     return paths
 
 
@@ -149,17 +341,14 @@ def shipped_placement_graphs() -> dict[str, Path]:
 
 def load_compute_graph(spec: str | Path) -> ComputeGraph:
     """A graph to place op by op, in seconds: a shipped name (see :func:`shipped_placement_graphs`)
-    or a file. A dnn-partitioning document is recognised by its content; other files load as
-    training graphs (forward ops and their backward mirrors) on the physical clock."""
+    or a file in any format, recognised by its content (see :func:`detect_graph_format`):
+    dnn-partitioning and pacml JSON version 2 files keep their per-kind times, groups, backward
+    nodes and edge costs; PipeDream and version-1 files load as training graphs (forward ops and
+    their backward mirrors) on the physical clock."""
     text = str(spec)
     shipped = shipped_placement_graphs()
     path = shipped.get(text, Path(text).expanduser())
     if not path.is_file():
         raise WorkloadError(f"graph {text!r} is not a file or a shipped graph "
                             f"(shipped: {', '.join(sorted(shipped))})", field="graph")
-    if path.suffix.lower() == ".json":
-        document = json.loads(read_text(path)) if path.stat().st_size < 200_000_000 else None
-        if looks_like_dnn_partitioning(document):
-            return parse_dnn_partitioning(document, path=path)
-    graph = load_graph(path, time_unit_s=PIPEDREAM_TIME_UNIT_S)
-    return ComputeGraph.from_training_graph(TrainingGraph(graph))
+    return compute_graph_of(detect_graph_format(path))
