@@ -165,8 +165,7 @@ def _ramp_block(data: dict[str, Any]) -> DeviceSet:
     if not isinstance(name, str) or name not in presets:
         raise ConfigError(f"unknown cluster preset {name!r} (available: {', '.join(presets)})",
                           field="devices.cluster")
-    cluster_cfg = OmegaConf.load(CONF_DIR / "cluster" / f"{name}.yaml")
-    topology = instantiate_checked(cluster_cfg, "devices.cluster")
+    topology = instantiate_checked(_cluster_preset(name), "devices.cluster")
     servers = data.get("servers")
     sizes = [n for n in range(1, topology.num_servers + 1) if topology.block_shapes(n)]
     if isinstance(servers, bool) or not isinstance(servers, int) or servers not in sizes:
@@ -174,6 +173,28 @@ def _ramp_block(data: dict[str, Any]) -> DeviceSet:
                           field="devices.servers")
     block = topology.blocks(servers)[0]
     return ramp_block_devices(topology, block.servers, name=f"ramp_block({name}, {servers} servers)")
+
+
+def _cluster_preset(name: str, depth: int = 0) -> DictConfig:
+    """``conf/cluster/<name>.yaml`` with its defaults list applied (presets extend one another)."""
+    node = OmegaConf.load(CONF_DIR / "cluster" / f"{name}.yaml")
+    assert isinstance(node, DictConfig)
+    defaults = node.pop("defaults", None) or ["_self_"]
+    if depth > 8:
+        raise ConfigError(f"cluster preset {name!r}: defaults nest too deeply", field="devices.cluster")
+    merged = OmegaConf.create({})
+    for entry in defaults:
+        if entry == "_self_":
+            merged = OmegaConf.merge(merged, node)
+        elif isinstance(entry, str) and (CONF_DIR / "cluster" / f"{entry}.yaml").is_file():
+            merged = OmegaConf.merge(merged, _cluster_preset(entry, depth + 1))
+        else:
+            raise ConfigError(f"cluster preset {name!r}: cannot read its defaults entry {entry!r}",
+                              field="devices.cluster")
+    if "_self_" not in defaults:
+        merged = OmegaConf.merge(merged, node)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 @dataclass
