@@ -292,7 +292,7 @@ def place_files(tmp: Path) -> dict[str, Path]:
         "placement_ok.json": {"placement": good_map},
         "placement_missing_op.json": {**good_map, "no_such_op": "gpu0"},
         "placement_missing_device.json": {**good_map, graph.node_names[0]: "tpu9"},
-        "placement_incomplete.json": {k: v for k, v in list(good_map.items())[1:]},
+        "placement_incomplete.json": dict(list(good_map.items())[1:]),
         "placement_split.json": split,
         "placement_list.json": [1, 2, 3],
     }
@@ -471,7 +471,7 @@ def argparse_entry(command: str) -> Callable[[list[str]], None]:
     return lambda argv: main(argv)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def known_keys(config_name: str = "sim") -> frozenset[str]:
     """Dotted keys of a command's default config (typos must not hit one)."""
     from simulator.cli import HydraCommand, _Composer, _hydra_args
