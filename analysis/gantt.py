@@ -101,6 +101,7 @@ def plot_pipeline_loads(devices: Sequence[str], compute_s: Sequence[float], comm
     ax.bar(x, comm, bottom=compute, color=TRANSFER_COLOUR, alpha=0.7, label="communication")
     ax.axhline(span / scale, color="black", lw=0.8, ls="--", label=f"max load {span / scale:.4g} {unit}")
     ax.set_xticks(list(x), list(devices), rotation=45 if len(devices) > 8 else 0)
+    ax.set_ylim(0, span / scale * 1.1)
     ax.set_ylabel(f"load per sample ({unit})")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)

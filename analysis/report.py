@@ -412,11 +412,13 @@ def plot_placement_speedups(table: pd.DataFrame) -> Figure:
         ax.bar([i + (j - (len(methods) - 1) / 2) * width for i in range(len(problems))],
                [0.0 if not math.isfinite(h) else h for h in heights], width, label=method)
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    finite = [h for h in index.tolist() if math.isfinite(h)]
+    ax.set_ylim(0, max([1.0, *finite]) * 1.25)  # room for the legend above the bars
     ax.set_xticks(range(len(problems)), [f"{g}\n{d}, {o}" for g, d, o in problems],
                   rotation=30 if len(problems) > 4 else 0, fontsize=8)
     ax.set_ylabel("speed-up over the single fastest device")
     ax.set_title("Op placement: speed-up per method (0: infeasible)", fontsize=10)
-    ax.legend(fontsize=8, ncols=min(4, len(methods)))
+    ax.legend(fontsize=8, ncols=min(4, len(methods)), loc="upper center")
     ax.grid(axis="y", alpha=0.3)
     return fig
 
