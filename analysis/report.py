@@ -42,6 +42,8 @@ from analysis.runs import (
     cluster_num_servers,
     config_columns,
     find_run_dirs,
+    is_placement_run,
+    load_placement_sweep,
     load_run_config,
     load_sweep_with_jobs,
 )
@@ -101,6 +103,8 @@ def build_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Pa
     sweep = Path(sweep_dir)
     if not sweep.is_dir():
         raise ReportError(f"not a directory: {sweep}")
+    if any(is_placement_run(run) for run in find_run_dirs(sweep)):
+        return build_placement_report(sweep, out_dir)
     # A run whose summary.json or jobs.csv is damaged is skipped whole (one warning naming the
     # file), so the tables and the figures describe the same runs.
     runs, jobs = load_sweep_with_jobs(sweep)
@@ -191,7 +195,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point (``pacml-report``)."""
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path, help="sweep (or run) directory written by pacml-sim")
+    parser.add_argument("sweep_dir", type=Path, help="sweep (or run) directory written by pacml-sim or pacml-place")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: SWEEP_DIR/report)")
     args = parser.parse_args(argv)
@@ -368,3 +372,107 @@ def _html(text: str) -> str:
              "padding:.2rem .5rem;text-align:right}img{max-width:100%}")
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Experiment report"
             f"</title><style>{style}</style></head><body>\n{body}\n</body></html>\n")
+
+
+# ------------------------------------------------------------------ placement sweeps (pacml-place)
+PLACEMENT_KEYS = ["graph", "devices_choice", "objective"]
+"""A placement problem: methods are compared within one (graph, device set, objective)."""
+
+
+def placement_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per problem and method: mean value over seeds, speed-up over the single device
+    and over every other method run on the same problem (``vs_<method>``: its value over ours)."""
+    grouped = (runs.groupby([*PLACEMENT_KEYS, "method"], sort=False)
+               .agg(n=("seed", "size"), value_ms=("value_ms", "mean"), feasible=("feasible", "all"),
+                    single_device=("single_device", "first"), single_ms=("single_device_value_s", "first"),
+                    method_wall_s=("method_wall_s", "mean"), evaluations=("evaluations", "mean"))
+               .reset_index())
+    grouped["single_ms"] = grouped["single_ms"] * 1e3
+    grouped["speedup_vs_single"] = grouped["single_ms"] / grouped["value_ms"]
+    methods = list(dict.fromkeys(runs["method"]))
+    for other in methods:
+        values = grouped[grouped["method"] == other].set_index(PLACEMENT_KEYS)["value_ms"]
+        theirs = [values.get(tuple(key), math.nan) for key in grouped[PLACEMENT_KEYS].itertuples(index=False)]
+        grouped[f"vs_{other}"] = pd.Series(theirs, dtype=float) / grouped["value_ms"]
+    finite = grouped["speedup_vs_single"].where(grouped["value_ms"].map(math.isfinite))
+    grouped["speedup_vs_single"] = finite
+    return grouped
+
+
+def plot_placement_speedups(table: pd.DataFrame) -> Figure:
+    """Bars: speed-up over the single fastest device, per problem (groups) and method (bars)."""
+    problems = list(dict.fromkeys(table[PLACEMENT_KEYS].itertuples(index=False, name=None)))
+    methods = list(dict.fromkeys(table["method"]))
+    fig = Figure(figsize=(max(6.0, 1.1 * len(problems) * max(1, len(methods)) / 2 + 2), 4.2), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(methods))
+    index = table.set_index([*PLACEMENT_KEYS, "method"])["speedup_vs_single"]
+    for j, method in enumerate(methods):
+        heights = [index.get((*p, method), math.nan) for p in problems]
+        ax.bar([i + (j - (len(methods) - 1) / 2) * width for i in range(len(problems))],
+               [0.0 if not math.isfinite(h) else h for h in heights], width, label=method)
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    finite = [h for h in index.tolist() if math.isfinite(h)]
+    ax.set_ylim(0, max([1.0, *finite]) * 1.25)  # room for the legend above the bars
+    ax.set_xticks(range(len(problems)), [f"{g}\n{d}, {o}" for g, d, o in problems],
+                  rotation=30 if len(problems) > 4 else 0, fontsize=8)
+    ax.set_ylabel("speed-up over the single fastest device")
+    ax.set_title("Op placement: speed-up per method (0: infeasible)", fontsize=10)
+    ax.legend(fontsize=8, ncols=min(4, len(methods)), loc="upper center")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def build_placement_report(sweep: Path, out_dir: str | Path | None = None) -> Path:
+    """The report of a ``pacml-place`` sweep (see :func:`build_report`); returns ``report.md``'s path."""
+    runs = load_placement_sweep(sweep)
+    if runs.empty:
+        raise ReportError(f"no finished pacml-place runs (summary.json) under {sweep}")
+    out = Path(out_dir) if out_dir is not None else sweep / "report"
+    table = placement_table(runs)
+    atomic_write_text(out / "tables" / "placements.csv", runs.to_csv(index=False))
+    atomic_write_text(out / "tables" / "placement_summary.csv", table.to_csv(index=False))
+    save_figure(plot_placement_speedups(table), out / "figures", "placement_speedups")
+    methods = list(dict.fromkeys(runs["method"]))
+    lines = [f"# Op placement report: {sweep.name}", "", f"- Sweep directory: `{sweep}`",
+             f"- Runs: {len(runs)}", f"- Graphs: {', '.join(dict.fromkeys(runs['graph']))}",
+             f"- Device sets: {', '.join(dict.fromkeys(runs['devices']))}",
+             f"- Methods: {', '.join(methods)}", "", "## Graph x method", "",
+             "Value of the objective (ms; mean over n seeds), speed-up over the single fastest device "
+             "(the best one-device placement that fits), and `vs X`: method X's value over this one "
+             "(above 1: this method is faster than X). Infeasible placements have value inf.", ""]
+    header = ["graph", "devices", "objective", "method", "n", "value (ms)", "single device (ms)",
+              "speed-up vs single", *(f"vs {m}" for m in methods), "method wall (s)", "evaluations"]
+    rows = [[r["graph"], r["devices_choice"], r["objective"], r["method"], str(int(r["n"])),
+             _num(r["value_ms"], "{:.6g}"), f"{_num(r['single_ms'], '{:.6g}')} ({r['single_device']})",
+             _num(r["speedup_vs_single"], "{:.3f}x"), *(_num(r[f"vs_{m}"], "{:.3f}") for m in methods),
+             _num(r["method_wall_s"], "{:.3g}"), str(int(r["evaluations"]))] for r in table.to_dict("records")]
+    lines += [_md_table(header, rows), "", "## Speed-up over the single device", "",
+              "![placement_speedups](figures/placement_speedups.png)", "",
+              "One group of bars per graph, device set and objective; one bar per method; the dashed line "
+              "is the single fastest device. ([SVG](figures/placement_speedups.svg))", "",
+              "## Gantt charts", "",
+              "Per-device timeline of one step (step, latency) or per-device load (pipeline) of each run.", ""]
+    for r in runs.to_dict("records"):
+        charts = [c for c in r["gantt"] if c.endswith(".png")]
+        where = _relative(Path(r["run_dir"]), out)
+        status = _num(r["value_ms"], "{:.6g} ms") if r["feasible"] else f"infeasible: {r['reason']}"
+        link = ", ".join(f"[{c}]({where}/{c})" for c in charts) or "no chart (gantt=false)"
+        lines.append(f"- {r['graph']} / {r['devices_choice']} / {r['objective']} / {r['method']} "
+                     f"(seed {r['seed']}): {status}; {link}")
+    lines += ["", "## Tables", "", "- `tables/placements.csv`: one row per run.",
+              "- `tables/placement_summary.csv`: the table above.", ""]
+    text = "\n".join(lines)
+    report = atomic_write_text(out / "report.md", text)
+    atomic_write_text(out / "report.html", _html(text))
+    return report
+
+
+def _relative(target: Path, start: Path) -> str:
+    """``target`` relative to ``start`` (as a link in the report), or absolute across drives."""
+    import os
+
+    try:
+        return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
+    except ValueError:
+        return target.resolve().as_posix()

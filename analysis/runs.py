@@ -291,3 +291,81 @@ def _scalar(text: str) -> int | float | str:
         except ValueError:
             pass
     return text
+
+
+PLACEMENT_COLUMNS = ("graph", "devices_choice", "objective", "method", "seed")
+"""Config columns of :func:`load_placement_sweep`."""
+
+
+def is_placement_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a ``summary.json`` written by ``pacml-place``."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(summary, dict) and summary.get("kind") == "placement"
+
+
+def load_placement_sweep(sweep_dir: str | Path) -> pd.DataFrame:
+    """One row per finished ``pacml-place`` run under ``sweep_dir``.
+
+    Columns: ``run_dir``, :data:`PLACEMENT_COLUMNS` (``devices_choice`` is the preset name, e.g.
+    ``gpu4``), ``devices`` (the set described), ``value_s``, ``value_ms``, ``feasible``,
+    ``reason``, ``single_device``, ``single_device_value_s``, ``speedup_vs_single``,
+    ``method_wall_s``, ``evaluations``, ``gantt`` (chart file names). A run whose
+    ``summary.json`` is unreadable or lacks these is skipped with one warning.
+    """
+    rows = []
+    for run in find_run_dirs(sweep_dir):
+        path = run / "summary.json"
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            log.warning("skipping %s: unreadable summary.json (%s)", run, _one_line(exc))
+            continue
+        if not isinstance(summary, dict) or summary.get("kind") != "placement":
+            continue
+        try:
+            rows.append(_placement_row(run, summary))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("skipping %s: summary.json is not a pacml-place summary (%s)", run, _one_line(exc))
+    columns = ["run_dir", *PLACEMENT_COLUMNS, "devices", "value_s", "value_ms", "feasible", "reason",
+               "single_device", "single_device_value_s", "speedup_vs_single", "method_wall_s", "evaluations", "gantt"]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values(["graph", "devices_choice", "objective", "method", "seed"], kind="stable",
+                             na_position="first").reset_index(drop=True)
+
+
+def _number(value: Any, key: str) -> float:
+    """A JSON number (``None``: not finite, e.g. an infeasible value) as a float."""
+    if value is None:
+        return math.inf if key.endswith("value_s") else math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key!r} is not a number: {str(value)[:40]!r}")
+    return float(value)
+
+
+def _placement_row(run: Path, s: dict[str, Any]) -> dict[str, Any]:
+    config = s.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("'config' is not an object")
+    row: dict[str, Any] = {
+        "run_dir": str(run),
+        "graph": str(s["graph"]),
+        "devices_choice": str(config.get("devices") or str(s["devices"]).split(":")[0]),
+        "objective": str(s["objective"]),
+        "method": str(s["method"]),
+        "seed": int(s.get("seed", 0)),
+        "devices": str(s["devices"]),
+        "feasible": bool(s["feasible"]),
+        "reason": str(s.get("reason") or ""),
+        "single_device": str(s.get("single_device") or ""),
+        "evaluations": int(s.get("evaluations") or 0),
+        "gantt": [str(g) for g in s.get("gantt") or []],
+    }
+    for key in ("value_s", "single_device_value_s", "speedup_vs_single", "method_wall_s"):
+        row[key] = _number(s.get(key), key)
+    row["value_ms"] = row["value_s"] * 1e3
+    return row

@@ -9,7 +9,7 @@ keys are never combined, so a command line is bad exactly when one of its atoms 
 Each command line runs in-process through the command's own entry checks (for the Hydra
 commands: :func:`simulator.cli.preflight`, then, for ``pacml-sim``, building the simulation and
 the policy: everything before the episode runs; for ``pacml-train`` and ``pacml-distill``,
-building the simulation), catching ``SystemExit``; a sample also runs through the installed
+building the simulation; ``pacml-place`` runs whole, without its chart), catching ``SystemExit``; a sample also runs through the installed
 console scripts (the Hydra ones with ``--cfg job``, which validates and prints the config
 without running). Rules checked on every line:
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import random
@@ -273,6 +274,106 @@ def report_atoms(rng: random.Random, tmp: Path, sweep: Path, n: int) -> tuple[li
     return g, b
 
 
+PLACE_GRAPHS = ["resnet18", "resnet50", "vgg16", "alexnet", "squeezenet1_0", "gnmt", "bert24_training",
+                "bert24_inference", "bert_l-3_inference", "inceptionv3_inference"]
+DNN_GRAPHS = ["bert24_training", "bert24_inference", "bert_l-3_inference", "inceptionv3_inference"]
+
+
+def place_files(tmp: Path) -> dict[str, Path]:
+    """Placement files for ``method=file``: one sound for resnet18 on gpu4, and broken ones."""
+    from workloads.loaders import load_compute_graph
+
+    graph = load_compute_graph("resnet18")
+    good_map = {name: f"gpu{graph.group[i] % 4}" for i, name in enumerate(graph.node_names)}
+    split = dict(good_map)
+    mirror = graph.node_names[graph.group_members[0][-1]]
+    split[mirror] = "gpu1" if good_map[mirror] != "gpu1" else "gpu2"
+    docs: dict[str, Any] = {
+        "placement_ok.json": {"placement": good_map},
+        "placement_missing_op.json": {**good_map, "no_such_op": "gpu0"},
+        "placement_missing_device.json": {**good_map, graph.node_names[0]: "tpu9"},
+        "placement_incomplete.json": dict(list(good_map.items())[1:]),
+        "placement_split.json": split,
+        "placement_list.json": [1, 2, 3],
+    }
+    out = {}
+    for name, doc in docs.items():
+        out[name] = tmp / name
+        out[name].write_text(json.dumps(doc, indent=1) + "\n")
+    out["placement_garbled.json"] = tmp / "placement_garbled.json"
+    out["placement_garbled.json"].write_text('{"node1": "gpu0",\n')
+    return out
+
+
+def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[list[Atom], list[Atom]]:
+    """Good and bad pieces of a ``pacml-place`` command line."""
+    files = {p.name: p for p in tmp.glob("placement_*.json")}
+    ok = files["placement_ok.json"]
+    g = [
+        good(f"seed={rng.randrange(2**31)}"),
+        good(f"graph={rng.choice(PLACE_GRAPHS)}"),
+        good(f"devices={rng.choice(['gpu4', 'gpu8', 'hetero', 'cpu_gpu', 'auto', 'ramp_block'])}"),
+        good("devices=ramp_block", f"devices.servers={rng.choice([1, 2, 4, 8, 16])}"),
+        good("devices=ramp_block", f"devices.cluster={rng.choice(['ramp32', 'ramp64'])}", "devices.servers=2"),
+        good(f"graph={rng.choice(DNN_GRAPHS)}", "devices=file"),
+        good(f"objective={rng.choice(['step', 'latency', 'pipeline'])}"),
+        good(f"method={rng.choice(['single', 'round_robin', 'random'])}"),
+        good("graph=resnet18", "devices=gpu4", "method=file", f"method.path={ok}"),
+        good(f"gantt={rng.choice(['true', 'false'])}"),
+        good("devices=gpu4", "devices.links.bandwidth_Bps=1e9"),
+        good("devices=hetero", "devices.groups.0.memory_bytes=1e6"),  # infeasible for one device: a result
+    ]
+    b = [
+        bad(f"seed={rng.choice(WRONG_INT + ['-1', str(2**64)])}"),
+        bad(f"graph={rng.choice(['nope', 'resnet19', '/nonexistent/g.json', '[resnet18]', 'null', '1'])}",
+            names=("graph", "nope", "resnet19", "/nonexistent/g.json")),
+        bad(f"graph={tmp / 'notes.txt'}", names=(str(tmp / "notes.txt"),)),
+        bad(f"graph={files['placement_garbled.json']}", names=(str(files["placement_garbled.json"]),)),
+        bad(f"graph={files['placement_ok.json']}", names=(str(files["placement_ok.json"]),)),
+        bad("graph=''", names="graph"),
+        bad(f"devices={rng.choice(['nope', 'gpu5', 'heter', 'file_', 'ramp'])}", names="devices"),
+        bad(f"method={rng.choice(['nope', 'singel', 'dp_', 'rand'])}", names="method"),
+        bad(f"objective={rng.choice(['nope', 'null', 'Step', 'throughput', '1'])}", names="objective"),
+        bad(f"graph={rng.choice(['resnet18', 'vgg16'])}", "devices=file", names="devices"),
+        bad("devices=ramp_block", f"devices.servers={rng.choice(['5', '0', 'abc', '1000', 'null'])}",
+            names="devices.servers"),
+        bad("devices=ramp_block", f"devices.cluster={rng.choice(['nope', 'null', 'ramp'])}", names="devices.cluster"),
+        bad("devices=gpu4", f"devices.groups={rng.choice(['[]', '[{kind: gpu, count: 0}]', 'null'])}",
+            names="devices.groups"),
+        bad("devices=gpu4", f"devices.links.bandwidth_Bps={rng.choice(['-1', '0', 'abc'])}",
+            names="devices.links.bandwidth_Bps"),
+        bad("devices=gpu4", "devices.groups.0.speed=0", names="devices.groups[0].speed"),
+        bad("method=file", names="method.path"),
+        bad("method=file", "method.path=/nonexistent/p.json", names="method.path"),
+        bad("graph=resnet18", "devices=gpu4", "method=file",
+            f"method.path={files[rng.choice(sorted(set(files) - {'placement_ok.json'}))]}",
+            names=tuple(str(p) for p in files.values())),
+        bad("graph=resnet18", "devices=gpu4", "devices.groups=[{kind: gpu, count: 4, memory_bytes: 1e6}]",
+            "method=file", f"method.path={ok}", names=(str(ok),)),
+        bad(f"method.time_limit_s={rng.choice(['0', '-1'])}", names="method.time_limit_s", touches="method"),
+        bad(f"method._target_={rng.choice(['nope.Missing', 'simulator.place.placer.Nope', '123'])}",
+            names="method._target_"),
+        bad("method=null", names="method"),
+        bad(f"gantt={rng.choice(WRONG_BOOL)}"),
+        bad(f"{rng.choice(['foo', 'graphs', 'objectives', 'seeds'])}=1"),
+        bad(f"+{rng.choice(['foo', 'devices.foo', 'method.bar'])}=1",
+            names=("foo", "devices.foo", "method.bar", "method")),
+        bad(rng.choice(["seed=[", "graph='abc", "=1", "seed=${", "graph=)"]), names=("seed", "graph", "=1")),
+        bad("seed=0,1", names="seed"),
+        bad("~seed", names="seed"),
+        bad("~graph", names="graph"),
+        bad(rng.choice(["--foo", "-z"]), names=("--foo", "-z"), touches="flags"),
+        bad("--config-dir=/nonexistent/conf", names="config-dir", touches="flags"),
+    ]
+    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 2):
+        last = key.rpartition(".")[2]
+        typo = _typo(rng, last, {k.rpartition(".")[2] for k in known})
+        if typo:
+            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
+            b.append(bad(f"{full}=1", names=(full,)))
+    return g, b
+
+
 def command_line(rng: random.Random, goods: list[Atom], bads: list[Atom], p_bad: float,
                  max_atoms: int = 3) -> tuple[list[str], list[Atom]]:
     """1..max_atoms pieces, at most one of them bad, never two touching the same key."""
@@ -319,6 +420,8 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
     from simulator.build import build_policy, build_simulation
     from simulator.cli import preflight, report_user_errors
 
+    if command == "pacml-place":
+        return place_entry()
     if command == "pacml-sim":
         from simulator.run import COMMAND as cmd
     elif command == "pacml-train":
@@ -342,6 +445,23 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
     return body
 
 
+def place_entry() -> Callable[[list[str]], None]:
+    """``pacml-place`` in process: preflight, then the whole run (no chart) into a scratch directory."""
+    from simulator.cli import preflight, report_user_errors
+    from simulator.place.cli import COMMAND, run_place
+
+    out = Path(tempfile.mkdtemp(prefix="pacml-fuzz-place-"))
+
+    def body(argv: list[str]) -> None:
+        cfg = preflight(COMMAND, argv)
+        if cfg is None:
+            return
+        cfg.gantt = False
+        report_user_errors("pacml-place", lambda: run_place(cfg, out, {}))
+
+    return body
+
+
 def argparse_entry(command: str) -> Callable[[list[str]], None]:
     """``main(argv)`` of an argparse command (it always ends in ``SystemExit`` or returns)."""
     if command == "pacml-graph":
@@ -351,13 +471,14 @@ def argparse_entry(command: str) -> Callable[[list[str]], None]:
     return lambda argv: main(argv)
 
 
-def known_keys() -> set[str]:
-    """Dotted keys of the default ``pacml-sim`` config (typos must not hit one)."""
+@functools.cache
+def known_keys(config_name: str = "sim") -> frozenset[str]:
+    """Dotted keys of a command's default config (typos must not hit one)."""
     from simulator.cli import HydraCommand, _Composer, _hydra_args
     from simulator.schema import flat_keys
 
-    cmd = HydraCommand("fuzz", "sim")
-    return set(flat_keys(_Composer(cmd, _hydra_args(cmd, [])).compose([])))
+    cmd = HydraCommand("fuzz", config_name)
+    return frozenset(flat_keys(_Composer(cmd, _hydra_args(cmd, [])).compose([])))
 
 
 @dataclass
@@ -418,13 +539,16 @@ class Tally:
 
 HEADER = ("command          where      tried accepted rejected tracebacks invalid_accepted "
           "valid_rejected not_naming multi_line bad_status")
-HYDRA_COMMANDS = ("pacml-sim", "pacml-train", "pacml-distill")
+HYDRA_COMMANDS = ("pacml-sim", "pacml-train", "pacml-distill", "pacml-place")
 COMMANDS = (*HYDRA_COMMANDS, "pacml-graph", "pacml-report")
 
 
 def generate(command: str, rng: random.Random, tmp: Path, sweep: Path, known: set[str],
              n: int) -> tuple[list[str], list[Atom]]:
     """The ``n``-th command line of ``command``."""
+    if command == "pacml-place":
+        goods, bads = place_atoms(rng, tmp, known_keys("place"))
+        return command_line(rng, goods, bads, p_bad=0.7)
     if command in HYDRA_COMMANDS:
         goods, bads = hydra_atoms(rng, command, known)
         return command_line(rng, goods, bads, p_bad=0.7)
@@ -470,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "afile.txt").write_text("not a sweep\n")
         (tmp / "notes.txt").write_text("just some notes, not a graph\n")
         (tmp / "empty").mkdir()
+        place_files(tmp)
         sweep = make_sweep(tmp) if "pacml-report" in args.commands else tmp
         for command in args.commands:
             rng = random.Random(f"{args.seed}:{command}")

@@ -94,6 +94,17 @@ SIM_KEYS: dict[str, Rule] = {
 #: Sections that are plug-ins (instantiated from ``_target_``), per command.
 SIM_PLUGINS = ("cluster", "arrivals", "beta", "policy")
 
+#: Plain keys of ``pacml-place`` (``conf/place.yaml``); ``devices`` is checked when the device
+#: set is built (``simulator.place.cli``), ``method`` against its class.
+PLACE_KEYS: dict[str, Rule] = {
+    "seed": Rule(int, low=0, high=MAX_SEED, required=True),
+    "graph": Rule(str, non_empty=True, required=True),
+    "objective": Rule(typing.Literal["step", "latency", "pipeline"], required=True),
+    "gantt": Rule(bool),
+    "out_dir": Rule(str | None, non_empty=True),
+}
+PLACE_PLUGINS = ("method",)
+
 
 def _key_list(keys: Iterable[str]) -> str:
     return ", ".join(sorted(keys))
