@@ -26,7 +26,6 @@ from workloads.graph import TrainingGraph
 from workloads.loaders import load_compute_graph, load_graph
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS = sorted((ROOT / "conf" / "devices").glob("*.yaml"))
 
 
 def _preset(name: str) -> DeviceSet:
@@ -91,13 +90,13 @@ def test_dnn_partitioning_reader_units_kinds_and_groups() -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"maxFPGAs": 0}, "maxFPGAs must be in 1..4096"),
+    ({"maxFPGAs": 0}, "'maxFPGAs': must be in 1..4096"),
     ({"maxSizePerFPGA": -1}, "maxSizePerFPGA"),
     ({"nodes": []}, "non-empty list"),
     ({"edges": [{"sourceId": 1, "destId": 9, "cost": 1}]}, "node id 9 does not exist"),
     ({"edges": [{"sourceId": 1, "destId": 2, "cost": 1}, {"sourceId": 2, "destId": 1, "cost": 1}]}, "cycle"),
     ({"edges": [{"sourceId": 1, "destId": 2, "cost": "x"}]}, r"edges\[0\].cost"),
-    ({"colour": 1}, "unknown key 'colour'"),
+    ({"colour": 1}, "'colour': unknown key"),
 ])
 def test_dnn_partitioning_reader_refuses_bad_input_in_one_line(changes: dict, message: str) -> None:
     with pytest.raises(WorkloadError, match=message) as info:
@@ -114,7 +113,7 @@ def test_dnn_partitioning_bad_node_field_names_the_node(tmp_path: Path) -> None:
         load_dnn_partitioning(path)
 
 
-@pytest.mark.parametrize("preset", [p.stem for p in PRESETS if p.stem != "ramp_block"])
+@pytest.mark.parametrize("preset", ["gpu4", "gpu8", "hetero", "cpu_gpu"])
 def test_presets_build_and_simple_placers_keep_groups_whole(preset: str) -> None:
     devices = _preset(preset)
     graph = load_compute_graph("resnet18")
