@@ -185,13 +185,18 @@ def test_best_heuristic_beats_single_device_on_resnet50_gpu4():
     assert best < 0.95 * single
 
 
-def test_pipedream_split_on_bert24_inference_reaches_the_reference_optimum():
-    # A chain of 32 layers: PipeDream's DP over the chain is the contiguous optimum, 17.7899 ms
-    # (reference_maxload.md, both the PipeDream and DP columns).
-    graph = _graph("bert24_inference")
+@pytest.mark.parametrize(("graph_name", "optimum_ms"), [
+    ("bert24_inference", 17.7899), ("bert24_training", 41.7458), ("bert_l-3_inference", 27.9186)])
+def test_pipedream_split_against_the_reference_dp_optimum(graph_name, optimum_ms):
+    # A chain split is contiguous, so it can never beat the DP optimum of reference_maxload.md;
+    # on these graphs the better of the two linearisations lands within 0.1 % of it (the paper
+    # program's own PipeDream-style baseline gets 17.7899, 187.914 and 37.4557).
+    graph = _graph(graph_name)
     objective = bind_objective("pipeline", graph, DeviceSet.for_dnn_partitioning(graph.meta))
     result = PipeDreamPlacer().place(objective)
-    assert result.info["objective_s"] * 1e3 == pytest.approx(17.7899, rel=1e-3)
+    value_ms = result.info["objective_s"] * 1e3
+    assert optimum_ms * (1 - 1e-4) <= value_ms <= optimum_ms * 1.001
+    assert result.info["dp_bottleneck_s"] == pytest.approx(result.info["objective_s"])
 
 
 @settings(max_examples=15, deadline=None)

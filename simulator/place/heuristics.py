@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
 from simulator.place.placer import PlacerResult, expand_groups, timed
+from workloads.graph import topological_order
 
 _TOL = 1 + 1e-12  # the objective's memory tolerance
 
@@ -56,6 +57,10 @@ class _Problem:
         safe = np.where(finite, self.time_s, 0.0)
         count = finite.sum(axis=1)
         self.mean_time_s = np.where(count > 0, safe.sum(axis=1) / np.maximum(count, 1), 0.0)
+        #: (G, D) compute of each whole group on each device (inf: cannot run it); breaks ties
+        #: between devices, so that a zero-time first node does not drag its group to a slow device.
+        self.group_time_s = np.zeros((self.num_groups, self.d))
+        np.add.at(self.group_time_s, self.group, self.time_s)
         # Transfer time of every edge between every pair of devices: (E, D, D), zero on the diagonal.
         src, dst = (g.edges[:, 0], g.edges[:, 1]) if g.num_edges else (np.zeros(0, np.int64),) * 2
         self.src, self.dst = src.astype(np.int64), dst.astype(np.int64)
@@ -203,10 +208,11 @@ class HeftPlacer:
                     if not math.isfinite(dur):
                         dur = 0.0 if best is None else math.inf  # an infeasible fallback still gets a slot
                     start = self._slot(busy[d], float(arrive[d]), dur)
-                    if best is None or start + dur < best[0]:
-                        best = (start + dur, start, d, dur)
+                    key = (start + dur, p.group_time_s[grp, d], d)
+                    if best is None or key < best[0]:
+                        best = (key, start, d, dur)
                 assert best is not None
-                eft, start, d, dur = best
+                (eft, _, _), start, d, dur = best
                 if group_device[grp] < 0:
                     group_device[grp] = d
                     used[d] += p.group_memory_bytes[grp]
@@ -366,7 +372,8 @@ class _EtfScheduler:
                 start = np.where(mask, start, np.inf)
                 best = start.min()
                 rows, cols = np.nonzero(start <= best)
-                i, d = min(zip(rows.tolist(), cols.tolist(), strict=True), key=lambda rc: (-rank[ready[rc[0]]], ready[rc[0]], rc[1]))
+                i, d = min(zip(rows.tolist(), cols.tolist(), strict=True), key=lambda rc: (-rank[ready[rc[0]]], ready[rc[0]],
+                                              p.group_time_s[p.group[ready[rc[0]]], rc[1]], rc[1]))
                 v = ready.pop(i)
                 del arrivals[v]
                 grp = int(p.group[v])
@@ -589,13 +596,14 @@ def _repair(p: _Problem, group_device: NDArray[np.int64], speed: NDArray[np.floa
 class PipeDreamPlacer:
     """PipeDream's partitioner (Narayanan et al., SOSP 2019), without replication.
 
-    The groups are linearised into a chain (the order of their first forward node; groups with
+    The groups are linearised into a chain (the order of their first forward node in a topological
+    order, as soon as possible or as late as possible, whichever splits better; groups with
     backward nodes only slot in by the reverse of the backward order), then PipeDream's dynamic
     programme splits the chain into consecutive stages, stage ``k`` on the ``k``-th accelerator
     (index order; fewer stages allowed), minimising the slowest stage. A stage costs its compute on
     its device plus the transfers across its two boundaries (each node sending across a boundary
     pays its transfer time once: the edge's cost, or its bytes over the mean link), which is how
-    the max-load objective charges them. Groups no accelerator can run go to the fastest capable
+    the max-load objective charges them; a CPU stage pays none, as in that model. Groups no accelerator can run go to the fastest capable
     device (the CPU). Stages that overflow a device's memory are not allowed.
 
     Args:
@@ -629,14 +637,28 @@ class PipeDreamPlacer:
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
         p = _Problem(objective)
-        result = self._split(objective, p, _baechi_devices(p, self.use_cpu))
-        if not math.isfinite(result.info["dp_bottleneck_s"]) and not self.use_cpu and p.is_cpu.any():
-            # The accelerators alone cannot hold the chain: let the CPU take stages too.
-            result = self._split(objective, p, np.ones(p.d, dtype=bool))
-            result.info["cpu_stage_needed"] = True
-        return result
+        g = objective.graph
+        # Two linearisations: nodes as soon as possible (Kahn's order) and as late as possible
+        # (the reversed graph's order, reversed), so that a tensor used only late (a tied
+        # embedding's transpose) does not cross every stage boundary; the better split wins.
+        asap = list(g.topological_order)
+        alap = list(reversed(topological_order(g.num_nodes, g.edges[:, ::-1])))
+        best: PlacerResult | None = None
+        for label, topo in (("asap", asap), ("alap", alap)):
+            chain = self._chain(p, g.is_backward, topo)
+            result = self._split(objective, p, _baechi_devices(p, self.use_cpu), chain)
+            if not math.isfinite(result.info["dp_bottleneck_s"]) and not self.use_cpu and p.is_cpu.any():
+                # The accelerators alone cannot hold the chain: let the CPU take stages too.
+                result = self._split(objective, p, np.ones(p.d, dtype=bool), chain)
+                result.info["cpu_stage_needed"] = True
+            result.info["linearisation"] = label
+            if best is None or result.info["dp_bottleneck_s"] < best.info["dp_bottleneck_s"]:
+                best = result
+        assert best is not None
+        return best
 
-    def _split(self, objective: BoundObjective, p: _Problem, allowed: NDArray[np.bool_]) -> PlacerResult:
+    def _split(self, objective: BoundObjective, p: _Problem, allowed: NDArray[np.bool_],
+               full_chain: list[int]) -> PlacerResult:
         stage_devices = np.flatnonzero(allowed)
         on_acc = p.group_ok[:, stage_devices].any(axis=1)
         speed = _device_speed(p)
@@ -652,8 +674,7 @@ class PipeDreamPlacer:
                 d, fallback = p.fallback(grp, used), fallback + 1
             group_device[grp] = d
             used[d] += p.group_memory_bytes[grp]
-        chain = [q for q in self._chain(p, objective.graph.is_backward, objective.graph.topological_order)
-                 if on_acc[q]]
+        chain = [q for q in full_chain if on_acc[q]]
         n, m = len(chain), len(stage_devices)
         pos = np.full(p.num_groups, -1, dtype=np.int64)
         pos[chain] = np.arange(n)
@@ -675,7 +696,7 @@ class PipeDreamPlacer:
             back[k] = np.arange(n + 1)  # device unused
             for j in range(1, n + 1):
                 i = np.arange(j)
-                stage = comp[j, d] - comp[i, d] + cut[i] + cut[j]
+                stage = comp[j, d] - comp[i, d] + (0.0 if p.is_cpu[d] else cut[i] + cut[j])
                 stage = np.where((bad[j, d] - bad[i, d] > 0) | (mem[j] - mem[i] > cap * _TOL), np.inf, stage)
                 cand = np.maximum(best[k - 1, :j], stage)
                 arg = int(np.argmin(cand))
