@@ -235,7 +235,7 @@ def test_pipedream_dp_matches_brute_force_on_chains(n, devices_count, seed):
     (MetisPlacer, {"parts": 0}, "method.parts"),
     (MetisPlacer, {"parts": True}, "method.parts"),
     (MetisPlacer, {"balance": "fast"}, "method.balance"),
-    (MetisPlacer, {"edge_weight": "time"}, "method.edge_weight"),
+    (MetisPlacer, {"edge_weight": "bytes"}, "method.edge_weight"),
     (PipeDreamPlacer, {"use_cpu": 2.0}, "method.use_cpu"),
 ])
 def test_bad_method_arguments_name_the_key(cls, kwargs, key):

@@ -487,8 +487,8 @@ class MetisPlacer:
     """Balanced min-cut partitioning with METIS (pymetis) of the group graph.
 
     Vertices are groups weighted by compute (mean time over the devices able to run them); edge
-    weights are the bytes between two groups (or, for edges with a fixed cost and no size, that
-    cost). With ``parts`` unset the graph is cut into one part per device, part ``k``'s target
+    weights are the transfer times between two groups (an edge's fixed cost, else its bytes over
+    the mean link), one unit for graphs whose edges give only bytes and those that give costs. With ``parts`` unset the graph is cut into one part per device, part ``k``'s target
     share proportional to device ``k``'s speed (``balance: speed``) or equal (``balance: equal``);
     with ``parts`` set, parts go biggest first to the fastest devices. Groups a device cannot run
     or hold are then moved to the fastest capable device with room (``info["repaired_groups"]``).
@@ -496,18 +496,18 @@ class MetisPlacer:
     Args:
         parts: Number of parts (``None``: one per device).
         balance: ``speed`` or ``equal`` target part sizes (one part per device only).
-        edge_weight: ``bytes`` (cost where no size is known) or ``unit`` (count cut edges).
+        edge_weight: ``transfer`` (mean transfer time) or ``unit`` (count cut edges).
     """
 
     name = "metis"
 
-    def __init__(self, parts: int | None = None, balance: str = "speed", edge_weight: str = "bytes") -> None:
+    def __init__(self, parts: int | None = None, balance: str = "speed", edge_weight: str = "transfer") -> None:
         if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
             raise ConfigError(f"must be an integer >= 1 or null, got {parts!r}", field="method.parts")
         if balance not in ("speed", "equal"):
             raise ConfigError(f"must be 'speed' or 'equal', got {balance!r}", field="method.balance")
-        if edge_weight not in ("bytes", "unit"):
-            raise ConfigError(f"must be 'bytes' or 'unit', got {edge_weight!r}", field="method.edge_weight")
+        if edge_weight not in ("transfer", "unit"):
+            raise ConfigError(f"must be 'transfer' or 'unit', got {edge_weight!r}", field="method.edge_weight")
         self.parts, self.balance, self.edge_weight = parts, balance, edge_weight
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
@@ -518,7 +518,6 @@ class MetisPlacer:
         import pymetis  # noqa: PLC0415 (a compiled extension: load it only when this method runs)
 
         p = _Problem(objective)
-        g = objective.graph
         k = min(self.parts or p.d, max(p.num_groups, 1))
         speed = _device_speed(p)
         vweight = _scaled_ints(np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups))
@@ -526,10 +525,8 @@ class MetisPlacer:
         cross = gu != gv
         if self.edge_weight == "unit":
             w = np.ones(int(cross.sum()))
-        else:
-            size = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)
-            cost = np.where(np.isnan(g.edge_cost_s), 0.0, g.edge_cost_s)
-            w = np.where(size > 0, size, cost)[cross]
+        else:  # one unit for every edge: its fixed cost, or its bytes over the mean link
+            w = p.mean_edge_time_s[cross]
             w = w / w.max() if len(w) and w.max() > 0 else np.ones(len(w))
         a, b = np.minimum(gu[cross], gv[cross]), np.maximum(gu[cross], gv[cross])
         pair = a * p.num_groups + b
