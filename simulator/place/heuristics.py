@@ -1,0 +1,740 @@
+"""Heuristic op placers: HEFT, Baechi's m-TOPO / m-ETF / m-SCT, METIS min-cut and PipeDream.
+
+Every placer here decides per *group* (an op and its backward mirror; a colour class): the group
+goes where its first scheduled node goes, and its other nodes follow. Node times come from the
+bound objective (``objective.time_s``, N x D, ``inf`` where a kind cannot run a node) and transfer
+times from the device links (or an edge's fixed cost), so any device set works: heterogeneous
+speeds, CPU-only nodes, host-accelerator links. Placements are priced by the objective passed in;
+the list schedulers also report the makespan of *their own* schedule (``info["own_makespan_s"]``)
+beside the objective's value (``info["objective_s"]``), because their ordering differs from the
+step model's shortest-ready-first order.
+
+Memory: a group is only put on a device with room for all of it. When no device has room (or none
+can run it), the group goes to the capable device with the most free memory and
+``info["memory_fallback_groups"]`` counts it; the objective then prices the placement ``inf``.
+
+On a graph whose backward pass starts after the forward pass (dnn-partitioning training graphs),
+and for the ``latency`` objective, the schedulers work in two phases, forward then backward, as
+the objectives do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import ConfigError
+from simulator.place.objectives import BoundObjective
+from simulator.place.placer import PlacerResult, expand_groups, timed
+from workloads.graph import topological_order
+
+_TOL = 1 + 1e-12  # the objective's memory tolerance
+
+
+# ---------------------------------------------------------------------- shared problem view
+class _Problem:
+    """Placement-independent arrays every heuristic needs (built once per call)."""
+
+    def __init__(self, objective: BoundObjective) -> None:
+        g, dev = objective.graph, objective.devices
+        self.objective = objective
+        self.n, self.d, self.num_groups = g.num_nodes, dev.num_devices, g.num_groups
+        self.time_s = np.asarray(objective.time_s, dtype=np.float64)
+        self.group = np.asarray(g.group, dtype=np.int64)
+        self.group_memory_bytes = np.asarray(g.group_memory_bytes, dtype=np.float64)
+        self.capacity_bytes = np.asarray(dev.memory_bytes, dtype=np.float64)
+        self.is_cpu = dev.is_cpu
+        # A group can run on a device when every member can.
+        finite = np.isfinite(self.time_s)
+        self.group_ok = np.ones((self.num_groups, self.d), dtype=bool)
+        np.logical_and.at(self.group_ok, self.group, finite)
+        # Mean compute time over the devices able to run the node (HEFT's w-bar).
+        safe = np.where(finite, self.time_s, 0.0)
+        count = finite.sum(axis=1)
+        self.mean_time_s = np.where(count > 0, safe.sum(axis=1) / np.maximum(count, 1), 0.0)
+        #: (G, D) compute of each whole group on each device (inf: cannot run it); breaks ties
+        #: between devices, so that a zero-time first node does not drag its group to a slow device.
+        self.group_time_s = np.zeros((self.num_groups, self.d))
+        np.add.at(self.group_time_s, self.group, self.time_s)
+        # Transfer time of every edge between every pair of devices: (E, D, D), zero on the diagonal.
+        src, dst = (g.edges[:, 0], g.edges[:, 1]) if g.num_edges else (np.zeros(0, np.int64),) * 2
+        self.src, self.dst = src.astype(np.int64), dst.astype(np.int64)
+        size = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)
+        link = dev.latency_s[None, :, :] + size[:, None, None] / dev.bandwidth_Bps[None, :, :]
+        link = np.where(size[:, None, None] > 0, link, 0.0)
+        fixed = ~np.isnan(g.edge_cost_s)
+        cost = np.where(fixed, g.edge_cost_s, 0.0)
+        self.edge_time_s = np.where(fixed[:, None, None], cost[:, None, None], link)
+        self.edge_time_s[:, np.arange(self.d), np.arange(self.d)] = 0.0
+        off = ~np.eye(self.d, dtype=bool)
+        self.mean_edge_time_s = self.edge_time_s[:, off].mean(axis=1) if self.d > 1 else np.zeros(len(src))
+        self.preds: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        self.succs: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        for e, (u, v) in enumerate(zip(self.src.tolist(), self.dst.tolist(), strict=True)):
+            self.preds[v].append((u, e))
+            self.succs[u].append((v, e))
+        topo = list(g.topological_order)
+        self.topo_pos = np.empty(self.n, dtype=np.int64)
+        self.topo_pos[topo] = np.arange(self.n)
+        split = bool(g.meta.get("backward_after_forward", False)) or objective.name == "latency"
+        bwd = np.asarray(g.is_backward, dtype=bool)
+        if split and bwd.any() and (~bwd).any():
+            self.phases = [sorted(np.flatnonzero(~bwd).tolist(), key=self.topo_pos.__getitem__),
+                           sorted(np.flatnonzero(bwd).tolist(), key=self.topo_pos.__getitem__)]
+        else:
+            self.phases = [topo]
+        self.phase_of = np.zeros(self.n, dtype=np.int64)
+        for k, phase in enumerate(self.phases):
+            self.phase_of[phase] = k
+
+    def fits(self, grp: int, used: NDArray[np.float64]) -> NDArray[np.bool_]:
+        """Devices able to run group ``grp`` with room for it given memory ``used``."""
+        room = used + self.group_memory_bytes[grp] <= self.capacity_bytes * _TOL
+        return self.group_ok[grp] & room
+
+    def fallback(self, grp: int, used: NDArray[np.float64]) -> int:
+        """Device for a group nothing can take: the capable device with most free memory."""
+        free = np.where(self.group_ok[grp], self.capacity_bytes - used, -np.inf)
+        return int(np.argmax(free)) if np.isfinite(free).any() or np.isinf(free).any() else 0
+
+    def upward_rank(self, nodes: Sequence[int]) -> NDArray[np.float64]:
+        """HEFT's upward rank on mean costs, within the given phase (reverse topological sweep)."""
+        rank = np.zeros(self.n)
+        inside = np.zeros(self.n, dtype=bool)
+        inside[list(nodes)] = True
+        for v in reversed(nodes):
+            best = 0.0
+            for w, e in self.succs[v]:
+                if inside[w]:
+                    best = max(best, self.mean_edge_time_s[e] + rank[w])
+            rank[v] = self.mean_time_s[v] + best
+        return rank
+
+    def arrival_s(self, v: int, finish_s: NDArray[np.float64], placement: NDArray[np.int64],
+                  floor_s: float) -> NDArray[np.float64]:
+        """Time all of ``v``'s inputs are on each device (``floor_s``: phase start)."""
+        arrive = np.full(self.d, floor_s)
+        for u, e in self.preds[v]:
+            np.maximum(arrive, finish_s[u] + self.edge_time_s[e, placement[u]], out=arrive)
+        return arrive
+
+    def fixed_order_makespan(self, placement: NDArray[np.int64], order_key: NDArray[np.float64]) -> float:
+        """Makespan when each device runs its nodes in ``order_key`` order (a topological order)."""
+        finish = np.zeros(self.n)
+        free = np.zeros(self.d)
+        floor = 0.0
+        for phase in self.phases:
+            for v in sorted(phase, key=lambda x: (order_key[x], self.topo_pos[x])):
+                d = int(placement[v])
+                start = max(free[d], self.arrival_s(v, finish, placement, floor)[d])
+                finish[v] = start + self.time_s[v, d]
+                free[d] = finish[v]
+            floor = max(floor, float(finish[phase].max())) if phase else floor
+            free[:] = floor
+        return floor
+
+
+def _finish(problem: _Problem, objective: BoundObjective, group_device: NDArray[np.int64],
+            info: dict[str, Any], own_makespan_s: float | None) -> PlacerResult:
+    """Price a per-group assignment with the objective and fill in the shared ``info`` keys."""
+    placement = expand_groups(objective, group_device)
+    value = objective.value(placement)
+    info["objective_s"] = value
+    if own_makespan_s is not None:
+        info["own_makespan_s"] = own_makespan_s
+        info["own_order_better"] = bool(math.isfinite(value) and own_makespan_s < value * (1 - 1e-9))
+    memory = objective.memory_bytes(placement)
+    info["memory_bytes"] = {name: float(m) for name, m in zip(objective.devices.names, memory, strict=True)}
+    return PlacerResult(placement, info=info)
+
+
+def _check_bool(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", field=f"method.{key}")
+    return value
+
+
+# ---------------------------------------------------------------------- HEFT
+class HeftPlacer:
+    """HEFT (Topcuoglu, Hariri and Wu, 2002): upward rank on mean costs, then each node in
+    decreasing rank on the device giving its earliest finish time, with insertion into idle gaps.
+
+    The decision is per group: a group's device is chosen when its first node is scheduled (only
+    among devices with room for the whole group); its other nodes follow.
+
+    Args:
+        insertion: Use idle gaps between scheduled nodes (the paper's policy); ``False`` appends.
+    """
+
+    name = "heft"
+
+    def __init__(self, insertion: bool = True) -> None:
+        self.insertion = _check_bool(insertion, "insertion")
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Schedule by HEFT; return its placement, priced by ``objective``."""
+        return timed(objective, lambda: self._run(objective))
+
+    def _run(self, objective: BoundObjective) -> PlacerResult:
+        p = _Problem(objective)
+        group_device = np.full(p.num_groups, -1, dtype=np.int64)
+        placement = np.zeros(p.n, dtype=np.int64)
+        finish = np.zeros(p.n)
+        used = np.zeros(p.d)
+        busy: list[list[tuple[float, float]]] = [[] for _ in range(p.d)]
+        fallback = 0
+        floor = 0.0
+        for phase in p.phases:
+            rank = p.upward_rank(phase)
+            for v in sorted(phase, key=lambda x: (-rank[x], p.topo_pos[x])):
+                grp = int(p.group[v])
+                if group_device[grp] >= 0:
+                    candidates = [int(group_device[grp])]
+                else:
+                    ok = p.fits(grp, used)
+                    candidates = np.flatnonzero(ok).tolist()
+                    if not candidates:
+                        candidates = [p.fallback(grp, used)]
+                        fallback += 1
+                arrive = p.arrival_s(v, finish, placement, floor)
+                best = None
+                for d in candidates:
+                    dur = p.time_s[v, d]
+                    if not math.isfinite(dur):
+                        dur = 0.0 if best is None else math.inf  # an infeasible fallback still gets a slot
+                    start = self._slot(busy[d], float(arrive[d]), dur)
+                    key = (start + dur, p.group_time_s[grp, d], d)
+                    if best is None or key < best[0]:
+                        best = (key, start, d, dur)
+                assert best is not None
+                (eft, _, _), start, d, dur = best
+                if group_device[grp] < 0:
+                    group_device[grp] = d
+                    used[d] += p.group_memory_bytes[grp]
+                placement[v] = d
+                finish[v] = eft
+                bisect.insort(busy[d], (start, eft))
+            floor = max(floor, float(finish[phase].max())) if phase else floor
+            busy = [[(-math.inf, floor)] for _ in range(p.d)]
+        return _finish(p, objective, group_device, {"memory_fallback_groups": fallback}, floor)
+
+    def _slot(self, intervals: list[tuple[float, float]], ready_s: float, dur_s: float) -> float:
+        """Earliest start >= ``ready_s`` of a gap of ``dur_s`` (after the last interval without insertion)."""
+        if not self.insertion:
+            return max(ready_s, intervals[-1][1]) if intervals else ready_s
+        start = ready_s
+        for s, f in intervals:
+            if start + dur_s <= s:
+                break
+            start = max(start, f)
+        return start
+
+
+# ---------------------------------------------------------------------- Baechi
+def _baechi_devices(p: _Problem, use_cpu: bool) -> NDArray[np.bool_]:
+    """Devices Baechi places on: the accelerators (its setting is a set of GPUs) unless
+    ``use_cpu`` or there are none; a group only a CPU can run still goes to a CPU."""
+    if use_cpu or p.is_cpu.all():
+        return np.ones(p.d, dtype=bool)
+    return ~p.is_cpu
+
+
+class MTopoPlacer:
+    """Baechi's m-TOPO (Jeon et al., SoCC 2020): groups in topological order fill one device after
+    another, each up to an equal share of the total memory (capped by the device's capacity).
+
+    With no memory figures (all zero) the share is of compute time instead. Its own schedule
+    (``info["own_makespan_s"]``) runs each device's nodes in topological order.
+
+    Args:
+        use_cpu: Also fill CPU devices (Baechi places on accelerators; CPU-only groups go to a CPU
+            whatever this says).
+    """
+
+    name = "m_topo"
+
+    def __init__(self, use_cpu: bool = False) -> None:
+        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Fill devices in topological order; return the placement priced by ``objective``."""
+        return timed(objective, lambda: self._run(objective))
+
+    def _run(self, objective: BoundObjective) -> PlacerResult:
+        p = _Problem(objective)
+        allowed = _baechi_devices(p, self.use_cpu)
+        order = _group_order(p)
+        weight = p.group_memory_bytes.copy()
+        if weight.sum() <= 0:  # no memory figures: balance compute instead
+            weight = np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups)
+        targets = np.flatnonzero(allowed).tolist()
+        share = weight.sum() / max(len(targets), 1)
+        limit = np.minimum(share, np.where(np.isinf(p.capacity_bytes), np.inf, p.capacity_bytes))
+        group_device = np.full(p.num_groups, -1, dtype=np.int64)
+        used = np.zeros(p.d)        # memory, for feasibility
+        filled = np.zeros(p.d)      # share weight, for the fill rule
+        cursor, fallback = 0, 0
+        members = objective.graph.group_members
+        for grp in order:
+            fits = p.fits(grp, used)
+            d = -1
+            while cursor < len(targets):
+                t = targets[cursor]
+                if not p.group_ok[grp, t]:
+                    break  # this kind cannot run the group: put it elsewhere, keep filling t
+                last = cursor == len(targets) - 1
+                if fits[t] and (last or filled[t] == 0 or filled[t] + weight[grp] <= limit[t] * _TOL):
+                    d = t
+                    break
+                if last:
+                    break
+                cursor += 1
+            if d < 0:
+                pref = fits & allowed
+                cands = np.flatnonzero(pref if pref.any() else fits)
+                if len(cands):
+                    d = int(cands[np.argmin(p.time_s[members[grp]][:, cands].sum(axis=0))])
+                else:
+                    d = p.fallback(grp, used)
+                    fallback += 1
+            group_device[grp] = d
+            used[d] += p.group_memory_bytes[grp]
+            filled[d] += weight[grp]
+        placement = group_device[p.group]
+        own = p.fixed_order_makespan(placement, p.topo_pos.astype(np.float64))
+        return _finish(p, objective, group_device, {"memory_fallback_groups": fallback}, own)
+
+
+def _group_order(p: _Problem) -> list[int]:
+    """Groups in the order their first node appears in the phases' topological orders."""
+    seen: dict[int, None] = {}
+    for phase in p.phases:
+        for v in phase:
+            seen.setdefault(int(p.group[v]), None)
+    return list(seen)
+
+
+class _EtfScheduler:
+    """Earliest-task-first list scheduling (Hwang et al. 1989) with Baechi's memory check: among
+    every ready node and every device with room for its group, start the pair that can start
+    first (ties: larger upward rank, then lower node and device index); devices run one node at a
+    time, no insertion. ``favourite`` (m-SCT) pins a node to its favourite parent's device."""
+
+    def __init__(self, p: _Problem, allowed: NDArray[np.bool_], favourite_parent: NDArray[np.int64] | None):
+        self.p, self.allowed, self.fav_parent = p, allowed, favourite_parent
+
+    def run(self) -> tuple[NDArray[np.int64], float, int, int]:
+        """Return (group device, own makespan, fallback groups, favourite children kept)."""
+        p = self.p
+        group_device = np.full(p.num_groups, -1, dtype=np.int64)
+        placement = np.zeros(p.n, dtype=np.int64)
+        finish = np.zeros(p.n)
+        used = np.zeros(p.d)
+        free = np.zeros(p.d)
+        fallback = kept = 0
+        floor = 0.0
+        for phase in p.phases:
+            if not phase:
+                continue
+            inside = np.zeros(p.n, dtype=bool)
+            inside[phase] = True
+            rank = p.upward_rank(phase)
+            pending = {v: sum(1 for u, _ in p.preds[v] if inside[u]) for v in phase}
+            ready: list[int] = [v for v in phase if pending[v] == 0]
+            arrivals: dict[int, NDArray[np.float64]] = {v: p.arrival_s(v, finish, placement, floor) for v in ready}
+            free[:] = floor
+            while ready:
+                arr = np.stack([arrivals[v] for v in ready])
+                start = np.maximum(arr, free[None, :])
+                mask = np.zeros_like(start, dtype=bool)
+                for i, v in enumerate(ready):
+                    grp = int(p.group[v])
+                    if group_device[grp] >= 0:
+                        mask[i, group_device[grp]] = True
+                        continue
+                    ok = p.fits(grp, used)
+                    pref = ok & self.allowed
+                    row = pref if pref.any() else ok
+                    if self.fav_parent is not None and self.fav_parent[v] >= 0:
+                        dp = placement[self.fav_parent[v]]
+                        if row[dp]:
+                            row = np.zeros(p.d, dtype=bool)
+                            row[dp] = True
+                    if not row.any():
+                        row = np.zeros(p.d, dtype=bool)
+                        row[p.fallback(grp, used)] = True
+                    mask[i] = row
+                start = np.where(mask, start, np.inf)
+                best = start.min()
+                rows, cols = np.nonzero(start <= best)
+                i, d = min(zip(rows.tolist(), cols.tolist(), strict=True), key=lambda rc: (-rank[ready[rc[0]]], ready[rc[0]],
+                                              p.group_time_s[p.group[ready[rc[0]]], rc[1]], rc[1]))
+                v = ready.pop(i)
+                del arrivals[v]
+                grp = int(p.group[v])
+                if group_device[grp] < 0:
+                    group_device[grp] = d
+                    used[d] += p.group_memory_bytes[grp]
+                    if not p.fits(grp, used - p.group_memory_bytes[grp])[d]:
+                        fallback += 1
+                    if self.fav_parent is not None and self.fav_parent[v] >= 0 and \
+                            placement[self.fav_parent[v]] == d:
+                        kept += 1
+                dur = p.time_s[v, d]
+                placement[v] = d
+                finish[v] = float(start[i, d]) + (dur if math.isfinite(dur) else 0.0)
+                free[d] = finish[v]
+                for w, _ in p.succs[v]:
+                    if inside[w]:
+                        pending[w] -= 1
+                        if pending[w] == 0:
+                            ready.append(w)
+                            arrivals[w] = p.arrival_s(w, finish, placement, floor)
+            floor = max(floor, float(finish[phase].max()))
+        return group_device, floor, fallback, kept
+
+
+class METFPlacer:
+    """Baechi's m-ETF: earliest-task-first list scheduling with a memory check per device.
+
+    Args:
+        use_cpu: Also place on CPU devices (Baechi places on accelerators; CPU-only groups go to a
+            CPU whatever this says).
+    """
+
+    name = "m_etf"
+
+    def __init__(self, use_cpu: bool = False) -> None:
+        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Schedule by m-ETF; return its placement priced by ``objective``."""
+        def run() -> PlacerResult:
+            p = _Problem(objective)
+            gd, own, fallback, _ = _EtfScheduler(p, _baechi_devices(p, self.use_cpu), None).run()
+            return _finish(p, objective, gd, {"memory_fallback_groups": fallback}, own)
+        return timed(objective, run)
+
+
+def favourite_parents(p: _Problem) -> NDArray[np.int64]:
+    """SCT's favourite child relation, greedily: edges by decreasing mean transfer time, each node
+    keeps at most one favourite child and is the favourite of at most one parent (a maximal
+    matching; Hanen and Munier round an LP relaxation of the same matching). Returns each node's
+    favourite parent, or -1. Edges between phases are not eligible."""
+    parent = np.full(p.n, -1, dtype=np.int64)
+    has_child = np.zeros(p.n, dtype=bool)
+    for e in np.argsort(-p.mean_edge_time_s, kind="stable").tolist():
+        u, v = int(p.src[e]), int(p.dst[e])
+        if p.mean_edge_time_s[e] <= 0 or p.phase_of[u] != p.phase_of[v]:
+            continue
+        if not has_child[u] and parent[v] < 0:
+            has_child[u] = True
+            parent[v] = u
+    return parent
+
+
+class MSCTPlacer:
+    """Baechi's m-SCT: ETF plus SCT's favourite children (Hanen and Munier's small-communication-
+    time algorithm): a node whose favourite parent is placed goes to the parent's device when that
+    device has room for its group, so the heaviest transfers stay on one device.
+
+    Args:
+        use_cpu: Also place on CPU devices (see :class:`METFPlacer`).
+    """
+
+    name = "m_sct"
+
+    def __init__(self, use_cpu: bool = False) -> None:
+        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Schedule by m-SCT; return its placement priced by ``objective``."""
+        def run() -> PlacerResult:
+            p = _Problem(objective)
+            fav = favourite_parents(p)
+            gd, own, fallback, kept = _EtfScheduler(p, _baechi_devices(p, self.use_cpu), fav).run()
+            info = {"memory_fallback_groups": fallback, "favourite_children": int((fav >= 0).sum()),
+                    "favourites_kept_on_parent": kept}
+            return _finish(p, objective, gd, info, own)
+        return timed(objective, run)
+
+
+# ---------------------------------------------------------------------- METIS
+def _device_speed(p: _Problem) -> NDArray[np.float64]:
+    """Relative speed of each device: median over nodes it can run of mean time / its time."""
+    speed = np.ones(p.d)
+    for d in range(p.d):
+        ok = np.isfinite(p.time_s[:, d]) & (p.time_s[:, d] > 0)
+        if ok.any():
+            speed[d] = float(np.median(p.mean_time_s[ok] / p.time_s[ok, d]))
+    return speed
+
+
+def _scaled_ints(values: NDArray[np.float64], top: int = 1_000_000) -> NDArray[np.int64]:
+    """Positive integer weights for METIS, proportional to ``values`` (largest ``top``, least 1)."""
+    peak = float(values.max()) if len(values) else 0.0
+    if peak <= 0:
+        return np.ones(len(values), dtype=np.int64)
+    return np.maximum(1, np.rint(values / peak * top)).astype(np.int64)
+
+
+class MetisPlacer:
+    """Balanced min-cut partitioning with METIS (pymetis) of the group graph.
+
+    Vertices are groups weighted by compute (mean time over the devices able to run them); edge
+    weights are the transfer times between two groups (an edge's fixed cost, else its bytes over
+    the mean link), one unit for graphs whose edges give only bytes and those that give costs. With ``parts`` unset the graph is cut into one part per device, part ``k``'s target
+    share proportional to device ``k``'s speed (``balance: speed``) or equal (``balance: equal``);
+    with ``parts`` set, parts go biggest first to the fastest devices. Groups a device cannot run
+    or hold are then moved to the fastest capable device with room (``info["repaired_groups"]``).
+
+    Args:
+        parts: Number of parts (``None``: one per device).
+        balance: ``speed`` or ``equal`` target part sizes (one part per device only).
+        edge_weight: ``transfer`` (mean transfer time) or ``unit`` (count cut edges).
+    """
+
+    name = "metis"
+
+    def __init__(self, parts: int | None = None, balance: str = "speed", edge_weight: str = "transfer") -> None:
+        if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
+            raise ConfigError(f"must be an integer >= 1 or null, got {parts!r}", field="method.parts")
+        if balance not in ("speed", "equal"):
+            raise ConfigError(f"must be 'speed' or 'equal', got {balance!r}", field="method.balance")
+        if edge_weight not in ("transfer", "unit"):
+            raise ConfigError(f"must be 'transfer' or 'unit', got {edge_weight!r}", field="method.edge_weight")
+        self.parts, self.balance, self.edge_weight = parts, balance, edge_weight
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Partition the group graph with METIS (seeded); return the placement priced by ``objective``."""
+        return timed(objective, lambda: self._run(objective, seed))
+
+    def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
+        import pymetis  # noqa: PLC0415 (a compiled extension: load it only when this method runs)
+
+        p = _Problem(objective)
+        k = min(self.parts or p.d, max(p.num_groups, 1))
+        speed = _device_speed(p)
+        vweight = _scaled_ints(np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups))
+        gu, gv = p.group[p.src], p.group[p.dst]
+        cross = gu != gv
+        if self.edge_weight == "unit":
+            w = np.ones(int(cross.sum()))
+        else:  # one unit for every edge: its fixed cost, or its bytes over the mean link
+            w = p.mean_edge_time_s[cross]
+            w = w / w.max() if len(w) and w.max() > 0 else np.ones(len(w))
+        a, b = np.minimum(gu[cross], gv[cross]), np.maximum(gu[cross], gv[cross])
+        pair = a * p.num_groups + b
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        pair_w = np.bincount(inverse, weights=w, minlength=len(uniq)) if len(uniq) else np.zeros(0)
+        ia, ib = uniq // max(p.num_groups, 1), uniq % max(p.num_groups, 1)
+        ew = _scaled_ints(pair_w) if len(pair_w) else np.zeros(0, np.int64)
+        rows = np.concatenate([ia, ib])
+        cols = np.concatenate([ib, ia])
+        wts = np.concatenate([ew, ew])
+        order = np.lexsort((cols, rows))
+        rows, cols, wts = rows[order], cols[order], wts[order]
+        xadj = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=p.num_groups))]).astype(np.int64)
+        per_device = self.parts is None
+        if k == 1:
+            part = np.zeros(p.num_groups, dtype=np.int64)
+            cut = 0
+        else:
+            tpwgts = None
+            if per_device and self.balance == "speed":
+                tpwgts = (speed / speed.sum()).tolist()
+            res = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj.tolist(), cols.tolist()),
+                                     vweights=vweight.tolist(), eweights=wts.tolist(), tpwgts=tpwgts,
+                                     options=pymetis.Options(seed=int(seed)))
+            part = np.asarray(res.vertex_part, dtype=np.int64)
+            cut = int(res.edge_cuts)
+        if per_device and k == p.d:
+            device_of_part = np.arange(p.d)
+        else:
+            load = np.bincount(part, weights=vweight, minlength=k)
+            device_of_part = np.zeros(k, dtype=np.int64)
+            fastest = np.argsort(-speed, kind="stable")
+            for rank, q in enumerate(np.argsort(-load, kind="stable").tolist()):
+                device_of_part[q] = fastest[rank % p.d]
+        group_device, repaired, fallback = _repair(p, device_of_part[part], speed)
+        info = {"parts": k, "edge_cut": cut, "repaired_groups": repaired, "memory_fallback_groups": fallback}
+        return _finish(p, objective, group_device, info, None)
+
+
+def _repair(p: _Problem, group_device: NDArray[np.int64], speed: NDArray[np.float64]) -> tuple[NDArray[np.int64], int, int]:
+    """Move groups a device cannot run or hold to the fastest capable device with room.
+
+    Groups are kept in order of decreasing memory on their device, so the big ones stay put."""
+    out = np.asarray(group_device, dtype=np.int64).copy()
+    used = np.zeros(p.d)
+    repaired = fallback = 0
+    for grp in np.argsort(-p.group_memory_bytes, kind="stable").tolist():
+        d = int(out[grp])
+        fits = p.fits(grp, used)
+        if not fits[d]:
+            repaired += 1
+            if fits.any():
+                cands = np.flatnonzero(fits)
+                d = int(cands[np.argmax(speed[cands])])
+            else:
+                d = p.fallback(grp, used)
+                fallback += 1
+        out[grp] = d
+        used[d] += p.group_memory_bytes[grp]
+    return out, repaired, fallback
+
+
+# ---------------------------------------------------------------------- PipeDream
+class PipeDreamPlacer:
+    """PipeDream's partitioner (Narayanan et al., SOSP 2019), without replication.
+
+    The groups are linearised into a chain (the order of their first forward node in a topological
+    order, as soon as possible or as late as possible, whichever splits better; groups with
+    backward nodes only slot in by the reverse of the backward order), then PipeDream's dynamic
+    programme splits the chain into consecutive stages, stage ``k`` on the ``k``-th accelerator
+    (index order; fewer stages allowed), minimising the slowest stage. A stage costs its compute on
+    its device plus the transfers across its two boundaries (each node sending across a boundary
+    pays its transfer time once: the edge's cost, or its bytes over the mean link), which is how
+    the max-load objective charges them; a CPU stage pays none, as in that model. Groups no accelerator can run go to the fastest capable
+    device (the CPU). Stages that overflow a device's memory are not allowed.
+
+    Args:
+        use_cpu: Let the CPU take a stage too (PipeDream splits over accelerators only).
+    """
+
+    name = "pipedream"
+
+    def __init__(self, use_cpu: bool = False) -> None:
+        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Split the chain by PipeDream's DP; return the placement priced by ``objective``."""
+        return timed(objective, lambda: self._run(objective))
+
+    @staticmethod
+    def _chain(p: _Problem, is_backward: NDArray[np.bool_], topo: Sequence[int]) -> list[int]:
+        """Groups in chain order: first forward node; backward-only groups by reversed backward order."""
+        key = np.full(p.num_groups, np.inf)
+        fwd_nodes = [v for v in topo if not is_backward[v]]
+        bwd_nodes = [v for v in topo if is_backward[v]]
+        for i, v in enumerate(fwd_nodes):
+            key[p.group[v]] = min(key[p.group[v]], i)
+        has_fwd = np.isfinite(key)
+        nf, nb = max(len(fwd_nodes), 1), max(len(bwd_nodes), 1)
+        for i, v in enumerate(bwd_nodes):  # the backward pass runs the forward order in reverse
+            grp = p.group[v]
+            if not has_fwd[grp]:
+                key[grp] = min(key[grp], (nf - 1) * (1 - (i + 0.5) / nb) + 0.5)
+        return sorted(range(p.num_groups), key=lambda q: (key[q], q))
+
+    def _run(self, objective: BoundObjective) -> PlacerResult:
+        p = _Problem(objective)
+        g = objective.graph
+        # Two linearisations: nodes as soon as possible (Kahn's order) and as late as possible
+        # (the reversed graph's order, reversed), so that a tensor used only late (a tied
+        # embedding's transpose) does not cross every stage boundary; the better split wins.
+        asap = list(g.topological_order)
+        alap = list(reversed(topological_order(g.num_nodes, g.edges[:, ::-1])))
+        best: PlacerResult | None = None
+        for label, topo in (("asap", asap), ("alap", alap)):
+            chain = self._chain(p, g.is_backward, topo)
+            result = self._split(objective, p, _baechi_devices(p, self.use_cpu), chain)
+            if not math.isfinite(result.info["dp_bottleneck_s"]) and not self.use_cpu and p.is_cpu.any():
+                # The accelerators alone cannot hold the chain: let the CPU take stages too.
+                result = self._split(objective, p, np.ones(p.d, dtype=bool), chain)
+                result.info["cpu_stage_needed"] = True
+            result.info["linearisation"] = label
+            if best is None or result.info["dp_bottleneck_s"] < best.info["dp_bottleneck_s"]:
+                best = result
+        assert best is not None
+        return best
+
+    def _split(self, objective: BoundObjective, p: _Problem, allowed: NDArray[np.bool_],
+               full_chain: list[int]) -> PlacerResult:
+        stage_devices = np.flatnonzero(allowed)
+        on_acc = p.group_ok[:, stage_devices].any(axis=1)
+        speed = _device_speed(p)
+        group_device = np.full(p.num_groups, -1, dtype=np.int64)
+        used = np.zeros(p.d)
+        fallback = 0
+        for grp in np.flatnonzero(~on_acc).tolist():  # CPU-only groups
+            fits = p.fits(grp, used)
+            if fits.any():
+                cands = np.flatnonzero(fits)
+                d = int(cands[np.argmax(speed[cands])])
+            else:
+                d, fallback = p.fallback(grp, used), fallback + 1
+            group_device[grp] = d
+            used[d] += p.group_memory_bytes[grp]
+        chain = [q for q in full_chain if on_acc[q]]
+        n, m = len(chain), len(stage_devices)
+        pos = np.full(p.num_groups, -1, dtype=np.int64)
+        pos[chain] = np.arange(n)
+        # Per-device compute prefix sums over the chain, with a count of groups it cannot run.
+        gtime = np.zeros((p.num_groups, p.d))
+        np.add.at(gtime, p.group, np.where(np.isfinite(p.time_s), p.time_s, 0.0))
+        comp = np.vstack([np.zeros((1, p.d)), np.cumsum(gtime[chain], axis=0)])
+        bad = np.vstack([np.zeros((1, p.d)), np.cumsum(~p.group_ok[chain], axis=0)])
+        mem = np.concatenate([[0.0], np.cumsum(p.group_memory_bytes[chain])])
+        cut = self._boundary_cost(p, pos, n)
+        # best[k][j]: least bottleneck with chain[:j] on the first k stage devices.
+        best = np.full((m + 1, n + 1), np.inf)
+        best[0, 0] = 0.0
+        back = np.zeros((m + 1, n + 1), dtype=np.int64)
+        for k in range(1, m + 1):
+            d = int(stage_devices[k - 1])
+            cap = p.capacity_bytes[d] - used[d]
+            best[k] = best[k - 1]
+            back[k] = np.arange(n + 1)  # device unused
+            for j in range(1, n + 1):
+                i = np.arange(j)
+                stage = comp[j, d] - comp[i, d] + (0.0 if p.is_cpu[d] else cut[i] + cut[j])
+                stage = np.where((bad[j, d] - bad[i, d] > 0) | (mem[j] - mem[i] > cap * _TOL), np.inf, stage)
+                cand = np.maximum(best[k - 1, :j], stage)
+                arg = int(np.argmin(cand))
+                if cand[arg] < best[k, j]:
+                    best[k, j], back[k, j] = cand[arg], arg
+        bottleneck = float(best[m, n])
+        stages = []
+        j = n
+        for k in range(m, 0, -1):
+            i = int(back[k, j])
+            if i < j:
+                for q in chain[i:j]:
+                    group_device[q] = stage_devices[k - 1]
+                stages.append({"device": objective.devices.names[stage_devices[k - 1]], "groups": j - i})
+            j = i
+        if not math.isfinite(bottleneck):  # nothing fits: fall back per group
+            for q in chain:
+                fits = p.fits(q, used)
+                group_device[q] = int(np.flatnonzero(fits)[0]) if fits.any() else p.fallback(q, used)
+                fallback += int(not fits.any())
+                used[group_device[q]] += p.group_memory_bytes[q]
+        info = {"dp_bottleneck_s": bottleneck, "stages": stages[::-1], "memory_fallback_groups": fallback}
+        return _finish(p, objective, group_device, info, None)
+
+    @staticmethod
+    def _boundary_cost(p: _Problem, pos: NDArray[np.int64], n: int) -> NDArray[np.float64]:
+        """Transfer time across each chain boundary ``b`` (between positions ``b-1`` and ``b``)."""
+        diff = np.zeros(n + 2)
+        for u in range(p.n):
+            pu = pos[p.group[u]]
+            if pu < 0 or not p.succs[u]:
+                continue
+            lo = hi = pu
+            t = 0.0
+            for v, e in p.succs[u]:
+                pv = pos[p.group[v]]
+                if pv < 0 or pv == pu:
+                    continue
+                lo, hi = min(lo, pv), max(hi, pv)
+                t = max(t, float(p.mean_edge_time_s[e]))
+            if hi > lo:  # boundaries lo+1 .. hi
+                diff[lo + 1] += t
+                diff[hi + 1] -= t
+        return np.cumsum(diff)[: n + 1]
