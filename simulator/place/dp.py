@@ -266,7 +266,14 @@ def _dp_kernel(ideals, sizes, acc_t, cpu_t, acc_bad, cpu_bad, mem, acc_cap, cpu_
                 s[q] = ideals[i, q] & ~ideals[j, q]
             size = mem[i] - mem[j]
             load_acc = inf
+            useful = False  # can this set on an accelerator improve any dp[c][k][i]? (comm >= 0)
             if num_accs > 0 and acc_bad[i] - acc_bad[j] == 0 and size <= acc_cap:
+                compute = acc_t[i] - acc_t[j]
+                for c in range(num_cpus + 1):
+                    for k in range(1, num_accs + 1):
+                        if compute < dp[c, k, i] and dp[c, k - 1, j] < dp[c, k, i]:
+                            useful = True
+            if useful:
                 comm = 0.0
                 for u in range(u_count):
                     a = sig_a[u]
