@@ -196,7 +196,7 @@ class DeviceSet:
 def _num(cfg: Mapping[str, Any], key: str, where: str, *, positive: bool = True, default: Any = None) -> float:
     value = cfg.get(key, default)
     if isinstance(value, str):  # plain YAML reads 80.0e9 as a string; OmegaConf as a float
-        try:
+        try:  # noqa: SIM105 (keeps the value when it is not a number: the check below names it)
             value = float(value.strip().replace(".inf", "inf"))
         except ValueError:
             pass
