@@ -191,31 +191,68 @@ class TooManyStates(RuntimeError):
 def enumerate_ideals(num_nodes: int, edges: NDArray[np.int64], *, max_states: int) -> NDArray[np.uint64]:
     """All downward-closed node sets of a DAG as bitsets ``(M, W)``, by size (the empty set first).
 
+    Reverse search, so each ideal is made once and no table of seen sets is needed: ``J`` is made
+    only from ``J`` minus its highest-numbered maximal node.
+
     Raises:
-        TooManyStates: When more than ``max_states`` ideals exist (the count found so far in the message).
+        TooManyStates: When more than ``max_states`` ideals exist.
     """
-    w = _words(num_nodes)
     preds = [edges[edges[:, 1] == v, 0] for v in range(num_nodes)]
     pred = _bit_matrix(preds, num_nodes)  # (F, W)
-    own = _bit_matrix([np.array([v]) for v in range(num_nodes)], num_nodes)  # (F, W)
-    level = np.zeros((1, w), dtype=np.uint64)
-    out = [level]
-    total = 1
-    for _ in range(num_nodes):
-        # v can join I when v is not in I and all its predecessors are.
-        missing = (pred[None, :, :] & ~level[:, None, :]).any(axis=2)
-        inside = (own[None, :, :] & level[:, None, :]).any(axis=2)
-        rows, cols = np.nonzero(~missing & ~inside)
-        if not len(rows):
-            break
-        nxt = np.unique(level[rows] | own[cols], axis=0)
-        total += len(nxt)
-        if total > max_states:
-            raise TooManyStates(f"more than {max_states:,} downward-closed sets (at least {total:,} "
-                                f"after {len(out)} of {num_nodes} levels)")
-        out.append(nxt)
-        level = nxt
-    return np.concatenate(out)
+    out, count = _ideals_kernel(pred, num_nodes, max_states)
+    if count > max_states:
+        raise TooManyStates(f"more than {max_states:,} downward-closed sets")
+    return out
+
+
+@njit(cache=True)
+def _highest_bit(x):  # pragma: no cover - compiled
+    h = 0
+    while x > np.uint64(1):
+        x = x >> np.uint64(1)
+        h += 1
+    return h
+
+
+@njit(cache=True)
+def _ideals_kernel(pred, num_nodes, cap):  # pragma: no cover - compiled
+    w = pred.shape[1]
+    out = np.zeros((cap + 1, w), dtype=np.uint64)
+    top = np.zeros((cap + 1, w), dtype=np.uint64)  # maximal nodes of each ideal
+    count, start, end = 1, 0, 1
+    one = np.uint64(1)
+    while start < end:  # one level (ideal size) at a time, so the output is sorted by size
+        for r in range(start, end):
+            for v in range(num_nodes):
+                wv = v >> 6
+                bv = one << np.uint64(v & 63)
+                if out[r, wv] & bv:
+                    continue
+                ok = True
+                for q in range(w):
+                    if pred[v, q] & ~out[r, q]:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                # v must be the highest-numbered maximal node of the new ideal.
+                for q in range(w - 1, -1, -1):
+                    x = top[r, q] & ~pred[v, q]
+                    if x:
+                        ok = q * 64 + _highest_bit(x) < v
+                        break
+                if not ok:
+                    continue
+                if count > cap - 1:
+                    return out[:1], cap + 1
+                for q in range(w):
+                    out[count, q] = out[r, q]
+                    top[count, q] = top[r, q] & ~pred[v, q]
+                out[count, wv] |= bv
+                top[count, wv] |= bv
+                count += 1
+        start, end = end, count
+    return out[:count].copy(), count
 
 
 @njit(cache=True)
@@ -252,9 +289,12 @@ def _dp_kernel(ideals, sizes, acc_t, cpu_t, acc_bad, cpu_bad, mem, acc_cap, cpu_
     s = np.zeros(w, dtype=np.uint64)
     u_count = sig_a.shape[0]
     for i in range(1, m):
-        for j in range(i):
+        # The empty sub-ideal first (all of I on one device), then the largest ones: small sets
+        # give good bounds early, so more sets skip the communication sum below.
+        for t in range(i):
+            j = 0 if t == 0 else i - t
             if sizes[j] >= sizes[i]:
-                break
+                continue
             sub = True
             for q in range(w):
                 if ideals[j, q] & ~ideals[i, q]:
@@ -266,15 +306,17 @@ def _dp_kernel(ideals, sizes, acc_t, cpu_t, acc_bad, cpu_bad, mem, acc_cap, cpu_
                 s[q] = ideals[i, q] & ~ideals[j, q]
             size = mem[i] - mem[j]
             load_acc = inf
-            useful = False  # can this set on an accelerator improve any dp[c][k][i]? (comm >= 0)
+            # The largest state this set could still improve (comm >= 0, so compute is a lower bound);
+            # the communication sum stops as soon as it passes that.
+            bound = -1.0
             if num_accs > 0 and acc_bad[i] - acc_bad[j] == 0 and size <= acc_cap:
                 compute = acc_t[i] - acc_t[j]
                 for c in range(num_cpus + 1):
                     for k in range(1, num_accs + 1):
-                        if compute < dp[c, k, i] and dp[c, k - 1, j] < dp[c, k, i]:
-                            useful = True
-            if useful:
-                comm = 0.0
+                        if compute < dp[c, k, i] and dp[c, k - 1, j] < dp[c, k, i] and dp[c, k, i] > bound:
+                            bound = dp[c, k, i]
+            if bound > 0.0:
+                load = compute
                 for u in range(u_count):
                     a = sig_a[u]
                     in_s = (s[a >> 6] >> np.uint64(a & 63)) & np.uint64(1)
@@ -290,8 +332,10 @@ def _dp_kernel(ideals, sizes, acc_t, cpu_t, acc_bad, cpu_bad, mem, acc_cap, cpu_
                                 cross = True
                                 break
                     if cross:
-                        comm += sig_cost[u]
-                load_acc = acc_t[i] - acc_t[j] + comm
+                        load += sig_cost[u]
+                        if load >= bound:
+                            break
+                load_acc = load
             load_cpu = inf
             if num_cpus > 0 and cpu_bad[i] - cpu_bad[j] == 0 and size <= cpu_cap:
                 load_cpu = cpu_t[i] - cpu_t[j]
@@ -432,6 +476,11 @@ class DPPlacer:
         cg = contract_forward(g, cpu_time if cpus else zeros, acc_time if accs else zeros)
         ideals = enumerate_ideals(cg.num_nodes, cg.edges, max_states=self.max_states)
         m = len(ideals)
+        sizes = ideals_popcount(ideals)
+        pairs, _ = _count_pairs(ideals, sizes, self.max_pairs)
+        if pairs > self.max_pairs:
+            raise TooManyStates(f"{m:,} downward-closed sets and more than {self.max_pairs:,} pairs of them",
+                                field="method.max_pairs", info={"dp_states": m})
         # Per-ideal sums over the original nodes it owns (forward and backward): time, memory, unsupported.
         owned = _unpack(ideals, cg.num_nodes)[:, cg.owner]  # (M, N) bool
         acc_ok = np.isfinite(acc_time)
@@ -441,11 +490,6 @@ class DPPlacer:
         acc_bad = owned @ (~acc_ok).astype(np.int64)
         cpu_bad = owned @ (~cpu_ok).astype(np.int64)
         mem = owned @ g.memory_bytes
-        sizes = ideals_popcount(ideals)
-        pairs, _ = _count_pairs(ideals, sizes, self.max_pairs)
-        if pairs > self.max_pairs:
-            raise TooManyStates(f"{m:,} downward-closed sets and more than {self.max_pairs:,} pairs of them",
-                                field="method.max_pairs", info={"dp_states": m})
         sig_a, sig_b, sig_cost = _signatures(g, cg, send_s)
         acc_cap = float(dev.devices[accs[0]].memory_bytes) * (1 + 1e-12) if accs else 0.0
         cpu_cap = float(dev.devices[cpus[0]].memory_bytes) * (1 + 1e-12) if cpus else 0.0
@@ -508,7 +552,7 @@ def _signatures(graph, cg: DPGraph, send_s: NDArray[np.float64]):
     for u, vs in targets.items():
         key = (int(cg.owner[u]), tuple(sorted(vs)))
         rows[key] = rows.get(key, 0.0) + float(send_s[u])
-    keys = list(rows)
+    keys = sorted(rows, key=lambda k: -rows[k])  # costliest first: the DP's early exit comes sooner
     sig_a = np.array([k[0] for k in keys], dtype=np.int64)
     sig_b = _bit_matrix([np.array(k[1], dtype=np.int64) for k in keys], cg.num_nodes)
     return sig_a, sig_b, np.array([rows[k] for k in keys], dtype=np.float64)
