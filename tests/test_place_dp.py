@@ -72,6 +72,7 @@ def test_dp_stops_clearly_on_inception_or_falls_back(caplog):
         DPPlacer(max_states=1_000).place(objective)
     result = DPPlacer(max_states=1_000, fallback="round_robin").place(objective)
     assert result.info["optimal"] is False and result.info["fallback"] == "round_robin"
+    assert result.info["dp_states_over"] == 1_000
     assert len(result.placement) == objective.graph.num_nodes
     assert "falling back to round_robin" in caplog.text
 

@@ -201,7 +201,7 @@ def enumerate_ideals(num_nodes: int, edges: NDArray[np.int64], *, max_states: in
     pred = _bit_matrix(preds, num_nodes)  # (F, W)
     out, count = _ideals_kernel(pred, num_nodes, max_states)
     if count > max_states:
-        raise TooManyStates(f"more than {max_states:,} downward-closed sets")
+        raise TooManyStates(f"more than {max_states:,} downward-closed sets", info={"dp_states_over": max_states})
     return out
 
 
