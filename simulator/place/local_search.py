@@ -300,7 +300,7 @@ class LocalSearchPlacer:
         return timed(objective, lambda: self._run(objective, seed))
 
     def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
-        g, devs = objective.graph, objective.devices
+        devs = objective.devices
         rng = np.random.default_rng(seed)
         targets = np.flatnonzero(~devs.is_cpu)
         if not len(targets):
