@@ -97,3 +97,30 @@ def test_mip_refuses_other_objectives() -> None:
     obj = bind_objective("step", graph, DeviceSet.for_dnn_partitioning(graph.meta))
     with pytest.raises(ConfigError, match="pipeline objective only"):
         MipPlacer().place(obj)
+
+
+def test_pigeonhole_bound_by_hand() -> None:
+    """Seven unit groups, three accelerators and a CPU ten times slower: some accelerator takes
+    three groups, so the max load is at least 3 (the LP alone says 7 / 3.1)."""
+    from simulator.place.mip import pigeonhole_bound
+    gtime = np.column_stack([np.full(7, 10.0), np.ones((7, 3))])
+    no_comm = np.array([True, False, False, False])
+    assert pigeonhole_bound(gtime, no_comm) == pytest.approx(3.0)
+    # A CPU as fast as the bound takes groups off the accelerators: 2 on each, one on the CPU.
+    gtime[:, 0] = 2.0
+    assert pigeonhole_bound(gtime, no_comm) == pytest.approx(2.0)
+    assert pigeonhole_bound(np.ones((4, 2)), np.array([False, False])) == pytest.approx(2.0)
+    assert pigeonhole_bound(np.ones((4, 1)), np.array([True])) == 0.0
+
+
+def test_mip_proves_a_chain_of_equal_layers_at_once() -> None:
+    """Seven equal layers in a chain, three accelerators: three layers on an end device, which
+    only sends (3 + 0.001 ms), is the proven optimum."""
+    nodes = [{"id": i, "fpgaLatency": 1.0, "cpuLatency": 10.0, "size": 1.0, "isBackwardNode": False}
+             for i in range(7)]
+    edges = [{"sourceId": i, "destId": i + 1, "cost": 0.001} for i in range(6)]
+    obj = pipeline({"maxSizePerFPGA": 100.0, "maxFPGAs": 3, "maxCPUs": 1, "nodes": nodes, "edges": edges})
+    result = MipPlacer(time_limit_s=20, mip_gap=0.0, warm_start=None).place(obj, seed=0)
+    assert result.info["status"] == "Optimal"
+    assert result.info["value_s"] == pytest.approx(3.001e-3)
+    assert result.info["best_bound_s"] >= 3e-3
