@@ -1,0 +1,384 @@
+"""An exact MIP of the ``pipeline`` (max-load) objective, solved by HiGHS with a time limit.
+
+Model (times in milliseconds inside the solver, for its absolute tolerances):
+
+* ``x[g, d]`` binary: group ``g`` (an op and its mirror; a colour class) on device ``d``; one
+  device per group; ``x`` fixed to 0 where a node of ``g`` cannot run on ``d`` or ``g`` alone
+  overflows ``d``; ``sum_g memory[g] x[g, d] <= capacity[d]``.
+* Communication, per sending node ``u`` with transfer time ``c(u)`` and successor groups ``S(u)``
+  (other than its own): ``y[u, d] >= x[g(u), d] - x[s, d]`` (``d`` sends: ``u`` is on ``d`` and a
+  successor is not) and ``y[u, d] >= x[s, d] - x[g(u), d]`` (``d`` receives ``u`` once: ``u`` is
+  elsewhere and a successor is on ``d``), for every ``s`` in ``S(u)``. A CPU pays no
+  communication, so it has no ``y``. Nodes of one group with the same successor groups share a
+  ``y`` (their costs summed).
+* ``load[d] = sum_g time[g, d] x[g, d] + sum_u c(u) y[u, d] <= T``; minimise ``T``.
+* ``T >= `` :func:`pigeonhole_bound` (groups too slow for the CPU, counted whole onto the
+  accelerators): the LP balances fractions of near-equal layers and misses it.
+* Symmetry: among interchangeable devices (same kind, speed and memory) ``d_0, d_1, ..``, device
+  ``d_k`` may hold group ``g`` only if ``d_{k-1}`` holds a group of lower index, so the devices are
+  ordered by their lowest group and the bound does not have to close ``k!`` mirror images.
+
+The placements are not restricted to contiguous splits, so the MIP may beat the contiguous DP.
+When the objective prices an edge by its link (not one time per sending node), ``c(u)`` is the
+smallest such time: the model is then a relaxation, its bound still a valid lower bound, and the
+reported value and gap are those of the objective itself. ``info`` holds the value, the best
+bound, the proven gap ``(value - bound) / value``, the solver status and its time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from typing import Any
+
+import highspy
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import ConfigError
+from simulator.place.local_search import (
+    LocalSearchPlacer,
+    _check_float,
+    _check_int,
+    _group_time,
+    pipeline_node_costs,
+)
+from simulator.place.objectives import BoundObjective, PipelineObjective
+from simulator.place.placer import PlacerResult, SingleDevicePlacer, expand_groups, timed
+
+log = logging.getLogger(__name__)
+
+#: Seconds -> model units (milliseconds).
+MODEL_UNIT_PER_S = 1e3
+
+
+class MipPlacer:
+    """Optimal placement for the ``pipeline`` objective by a MIP with a proven gap (module docstring).
+
+    Args:
+        time_limit_s: Solver time limit (> 0).
+        mip_gap: Relative gap at which the solver stops.
+        warm_start: ``None``; ``"local_search"`` or ``"single"`` (run that method first and hand
+            its placement to the solver); a placer object; or a placement (one device per node).
+        threads: Solver threads.
+        random_seed: Solver seed (the run's seed is added).
+    """
+
+    name = "mip"
+
+    def __init__(self, time_limit_s: float = 60.0, mip_gap: float = 1e-3, warm_start: Any = "local_search",
+                 threads: int = 1, random_seed: int = 0) -> None:
+        self.time_limit_s = _check_float(time_limit_s, "time_limit_s", low=0.0)
+        self.mip_gap = _check_float(mip_gap, "mip_gap", low=0.0, high=1.0, low_open=False)
+        self.threads = _check_int(threads, "threads", low=1)
+        self.random_seed = _check_int(random_seed, "random_seed", low=0)
+        if isinstance(warm_start, str) and warm_start not in ("local_search", "single"):
+            raise ConfigError(f"must be null, 'local_search', 'single' or a placement, got {warm_start!r}",
+                              field="method.warm_start")
+        if not (warm_start is None or isinstance(warm_start, str) or hasattr(warm_start, "place")):
+            try:
+                warm_start = np.asarray(list(warm_start), dtype=np.int64)
+            except (TypeError, ValueError):
+                raise ConfigError(f"must be null, 'local_search', 'single' or a placement, got {warm_start!r}",
+                                  field="method.warm_start") from None
+        self.warm_start = warm_start
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Solve the MIP; return its best placement and the bound it proved."""
+        if not isinstance(objective, PipelineObjective):
+            raise ConfigError(f"the MIP models the pipeline objective only, not {objective.name!r}",
+                              field="objective")
+        return timed(objective, lambda: self._run(objective, seed))
+
+    # ------------------------------------------------------------------ warm start
+    def _warm(self, objective: BoundObjective, seed: int) -> NDArray[np.int64] | None:
+        ws = self.warm_start
+        if ws is None:
+            return None
+        if isinstance(ws, str):
+            ws = LocalSearchPlacer() if ws == "local_search" else SingleDevicePlacer()
+        if hasattr(ws, "place"):
+            return np.asarray(ws.place(objective, seed=seed).placement, dtype=np.int64)
+        return objective.check(ws)
+
+    # ------------------------------------------------------------------ model
+    def _run(self, objective: PipelineObjective, seed: int) -> PlacerResult:
+        g, devs = objective.graph, objective.devices
+        G, D = g.num_groups, devs.num_devices
+        model = _build(objective)
+        h = _new_highs()
+        h.setOptionValue("time_limit", self.time_limit_s)
+        h.setOptionValue("mip_rel_gap", self.mip_gap)
+        h.setOptionValue("threads", self.threads)
+        h.setOptionValue("random_seed", int(self.random_seed + seed) % (2**31 - 1))
+        h.passModel(model.lp)
+        warm = self._warm(objective, seed)
+        warm_value = math.inf
+        if warm is not None:
+            warm_value = objective.value(warm)
+            if math.isfinite(warm_value) and _consistent_groups(g.group, warm):
+                start = highspy.HighsSolution()
+                start.col_value = model.point(warm[_first_nodes(g)])
+                start.value_valid = True
+                h.setSolution(start)
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        info = h.getInfo()
+        bound_s = float(info.mip_dual_bound) / MODEL_UNIT_PER_S
+        placement, source = None, "mip"
+        if info.primal_solution_status == 2:  # kSolutionStatusFeasible
+            x = np.asarray(h.getSolution().col_value)[:G * D].reshape(G, D)
+            placement = expand_groups(objective, np.argmax(x, axis=1).astype(np.int64))
+        value = objective.value(placement) if placement is not None else math.inf
+        if warm is not None and warm_value < value:
+            placement, value, source = warm, warm_value, "warm_start"
+        if placement is None:
+            placement, source = SingleDevicePlacer().place(objective, seed=seed).placement, "single (no incumbent)"
+            value = objective.value(placement)
+        if not math.isfinite(bound_s) or bound_s < 0:
+            bound_s = 0.0 if status != "Infeasible" else math.inf
+        gap = max(0.0, (value - bound_s) / value) if math.isfinite(value) and value > 0 else \
+            (0.0 if value == 0 else math.inf)
+        result_info = {
+            "value_s": value, "best_bound_s": bound_s, "gap": gap, "status": status,
+            "solver_time_s": float(h.getRunTime()), "nodes": int(info.mip_node_count),
+            "model_exact": model.exact, "placement_from": source, "warm_start_value_s": warm_value,
+            "columns": int(model.lp.num_col_), "rows": int(model.lp.num_row_),
+            "time_limit_s": self.time_limit_s, "contiguous": "not required (may beat the contiguous DP)"}
+        if status == "Infeasible":
+            result_info["infeasible"] = "no placement fits the devices' memory"
+        log.info("mip: %.6g s, bound %.6g s, gap %.3g%%, %s", value, bound_s, 100 * gap, status)
+        return PlacerResult(np.asarray(placement, dtype=np.int64), info=result_info)
+
+
+_banner_shown = False
+
+
+def _new_highs() -> highspy.Highs:
+    """A silent solver. HiGHS prints a banner on stdout when the first one is made in a process;
+    library code must not print, so that first construction runs with stdout pointed at /dev/null."""
+    global _banner_shown
+    if not _banner_shown:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        _banner_shown = True
+    else:
+        h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+def _first_nodes(graph) -> NDArray[np.int64]:
+    return np.array([m[0] for m in graph.group_members], dtype=np.int64)
+
+
+def _consistent_groups(group: NDArray[np.int64], placement: NDArray[np.int64]) -> bool:
+    first = np.full(group.max() + 1, -1)
+    first[group[::-1]] = placement[::-1]
+    return bool((first[group] == placement).all())
+
+
+class _Model:
+    """The LP of the MIP plus how to map a group assignment onto its columns."""
+
+    def __init__(self, lp, exact: bool, G: int, D: int, y_cols: list[tuple[int, int, int, list[int]]],
+                 sym: list[list[int]], prefix_col: dict[tuple[int, int], int], t_col: int,
+                 gtime: NDArray[np.float64], costs: dict[int, float], no_comm) -> None:
+        self.lp, self.exact, self.G, self.D = lp, exact, G, D
+        self.y_cols, self.sym, self.prefix_col, self.t_col = y_cols, sym, prefix_col, t_col
+        self.gtime, self.costs, self.no_comm = gtime, costs, no_comm
+
+    def canonical(self, gdev: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Relabel interchangeable devices so that ``gdev`` meets the symmetry constraints."""
+        gdev = gdev.copy()
+        for cls in self.sym:
+            lowest = [int(np.flatnonzero(gdev == d)[0]) if (gdev == d).any() else self.G + i
+                      for i, d in enumerate(cls)]
+            order = [cls[i] for i in np.argsort(lowest, kind="stable")]
+            mapping = {old: new for new, old in zip(cls, order, strict=True)}
+            gdev = np.array([mapping.get(int(d), int(d)) for d in gdev], dtype=np.int64)
+        return gdev
+
+    def point(self, gdev: NDArray[np.int64]) -> list[float]:
+        """Column values of a group assignment (a MIP start)."""
+        gdev = self.canonical(np.asarray(gdev, dtype=np.int64))
+        G, D = self.G, self.D
+        col = np.zeros(self.lp.num_col_)
+        col[np.arange(G) * D + gdev] = 1.0
+        loads = np.array([self.gtime[gdev == d, d].sum() for d in range(D)])
+        for c, g, d, succ in self.y_cols:
+            on = gdev[g] == d
+            val = float(any((gdev[s] == d) != on for s in succ))
+            col[c] = val
+            loads[d] += self.costs[c] * val
+        for (k, gi), c in self.prefix_col.items():
+            cls_dev = k
+            col[c] = float((gdev[:gi + 1] == cls_dev).sum())
+        col[self.t_col] = loads.max()
+        return col.tolist()
+
+
+def _build(objective: PipelineObjective) -> _Model:
+    """The MIP of ``objective`` (see module docstring)."""
+    g, devs = objective.graph, objective.devices
+    G, D = g.num_groups, devs.num_devices
+    gtime = _group_time(objective) * MODEL_UNIT_PER_S
+    gmem = g.group_memory_bytes
+    cap = np.asarray(objective.capacity_bytes, dtype=np.float64)
+    no_comm = devs.is_cpu
+    allowed = np.isfinite(gtime) & (gmem[:, None] <= cap[None, :] * (1 + 1e-12))
+    node_costs = pipeline_node_costs(objective)
+    inf = highspy.kHighsInf
+
+    col_lower: list[float] = []
+    col_upper: list[float] = []
+    col_cost: list[float] = []
+    integer: list[int] = []
+
+    def add_col(lo: float, hi: float, cost: float = 0.0, is_int: bool = False) -> int:
+        col_lower.append(lo)
+        col_upper.append(hi)
+        col_cost.append(cost)
+        if is_int:
+            integer.append(len(col_lower) - 1)
+        return len(col_lower) - 1
+
+    for k in range(G):
+        for d in range(D):
+            add_col(0.0, 1.0 if allowed[k, d] else 0.0, is_int=True)
+    finite_t = np.where(np.isfinite(gtime), gtime, 0.0)
+    t_col = add_col(pigeonhole_bound(gtime, no_comm), inf, 1.0)
+
+    rows_lo: list[float] = []
+    rows_hi: list[float] = []
+    starts: list[int] = [0]
+    index: list[int] = []
+    value: list[float] = []
+
+    def add_row(lo: float, hi: float, idx: list[int], val: list[float]) -> None:
+        rows_lo.append(lo)
+        rows_hi.append(hi)
+        index.extend(idx)
+        value.extend(val)
+        starts.append(len(index))
+
+    def x(k: int, d: int) -> int:
+        return k * D + d
+
+    for k in range(G):
+        add_row(1.0, 1.0, [x(k, d) for d in range(D)], [1.0] * D)
+    for d in range(D):
+        if math.isfinite(cap[d]) and gmem[allowed[:, d]].sum() > cap[d]:
+            ks = np.flatnonzero(allowed[:, d]).tolist()
+            add_row(-inf, float(cap[d]), [x(k, d) for k in ks], [float(gmem[k]) for k in ks])
+
+    # Communication: one y per (sending group, successor groups) and device that pays.
+    send: dict[tuple[int, frozenset], float] = {}
+    if g.num_edges:
+        succ: dict[int, set[int]] = {}
+        for u, v in g.edges.tolist():
+            if g.group[u] != g.group[v]:
+                succ.setdefault(u, set()).add(int(g.group[v]))
+        for u, ss in succ.items():
+            c = float(node_costs.cost_s[u]) * MODEL_UNIT_PER_S
+            if c > 0:
+                key = (int(g.group[u]), frozenset(ss))
+                send[key] = send.get(key, 0.0) + c
+    load_terms: list[tuple[list[int], list[float]]] = [
+        ([x(k, d) for k in range(G) if allowed[k, d]], [float(finite_t[k, d]) for k in range(G) if allowed[k, d]])
+        for d in range(D)]
+    y_cols: list[tuple[int, int, int, list[int]]] = []
+    costs: dict[int, float] = {}
+    for (k, ss), c in send.items():
+        members = sorted(ss)
+        for d in range(D):
+            if no_comm[d] or not (allowed[k, d] or any(allowed[s, d] for s in members)):
+                continue
+            yc = add_col(0.0, inf)
+            y_cols.append((yc, k, d, members))
+            costs[yc] = c
+            for s in members:
+                add_row(0.0, inf, [yc, x(k, d), x(s, d)], [1.0, -1.0, 1.0])
+                add_row(0.0, inf, [yc, x(s, d), x(k, d)], [1.0, -1.0, 1.0])
+            load_terms[d][0].append(yc)
+            load_terms[d][1].append(c)
+    for d in range(D):
+        idx, val = load_terms[d]
+        add_row(-inf, 0.0, idx + [t_col], val + [-1.0])
+        # Each group alone bounds T on the device it takes (tightens the LP a little).
+
+    # Symmetry among interchangeable devices: kind, speed, memory and the same allowed groups.
+    classes: dict[tuple, list[int]] = {}
+    for d, dev in enumerate(devs.devices):
+        classes.setdefault((dev.kind, dev.speed, float(cap[d]), allowed[:, d].tobytes()), []).append(d)
+    sym = [c for c in classes.values() if len(c) > 1]
+    prefix_col: dict[tuple[int, int], int] = {}
+    for cls in sym:
+        for k_i in range(len(cls) - 1):
+            prev = cls[k_i]
+            # P[gi] = number of groups 0..gi on device prev.
+            for gi in range(G - 1):
+                pc = add_col(0.0, inf)
+                prefix_col[(prev, gi)] = pc
+                terms = [pc, x(gi, prev)] + ([prefix_col[(prev, gi - 1)]] if gi else [])
+                add_row(0.0, 0.0, terms, [1.0, -1.0] + ([-1.0] if gi else []))
+            nxt = cls[k_i + 1]
+            add_row(0.0, 0.0, [x(0, nxt)], [1.0])
+            for gi in range(1, G):
+                add_row(-inf, 0.0, [x(gi, nxt), prefix_col[(prev, gi - 1)]], [1.0, -1.0])
+
+    lp = highspy.HighsLp()
+    lp.num_col_ = len(col_lower)
+    lp.num_row_ = len(rows_lo)
+    lp.col_cost_ = np.asarray(col_cost)
+    lp.col_lower_ = np.asarray(col_lower)
+    lp.col_upper_ = np.asarray(col_upper)
+    lp.row_lower_ = np.asarray(rows_lo)
+    lp.row_upper_ = np.asarray(rows_hi)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.asarray(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(value)
+    kinds = [highspy.HighsVarType.kContinuous] * lp.num_col_
+    for c in integer:
+        kinds[c] = highspy.HighsVarType.kInteger
+    lp.integrality_ = kinds
+    return _Model(lp, node_costs.exact, G, D, y_cols, sym, prefix_col, t_col, finite_t, costs, no_comm)
+
+
+def pigeonhole_bound(gtime: NDArray[np.float64], no_comm: NDArray[np.bool_]) -> float:
+    """A lower bound on the max load that the LP relaxation misses (a valid cut on ``T``).
+
+    For a candidate ``T``, the groups too slow for every CPU within ``T`` must go to the ``A``
+    accelerators, so one accelerator takes at least ``ceil(|B| / A)`` of them and its load is at
+    least the sum of that many of their smallest accelerator times. The bound is the least ``T``
+    at or above that sum. Near-equal layers (BERT's 24) make the LP balance fractions of layers;
+    this counts them whole, which closes most of the gap at the root. Communication only adds.
+    """
+    acc = ~no_comm
+    a = int(acc.sum())
+    if a == 0 or not len(gtime):
+        return 0.0
+    acc_t = gtime[:, acc].min(axis=1)
+    cpu_t = gtime[:, ~acc].min(axis=1) if (~acc).any() else np.full(len(gtime), np.inf)
+    singles = np.minimum(acc_t, cpu_t)
+    floor = float(singles[np.isfinite(singles)].max()) if np.isfinite(singles).any() else 0.0
+    # Breakpoints of B(T) = {groups with CPU time > T}: constant between consecutive CPU times.
+    points = np.unique(np.concatenate([[0.0], cpu_t[np.isfinite(cpu_t)]]))
+    for i, lo in enumerate(points.tolist()):
+        hi = points[i + 1] if i + 1 < len(points) else np.inf
+        must = np.sort(acc_t[(cpu_t > lo) & np.isfinite(acc_t)])
+        need = math.ceil(len(must) / a)
+        f = float(must[:need].sum())
+        if f < hi:
+            return max(floor, lo, f)
+    return floor
