@@ -141,9 +141,9 @@ def test_every_method_places_whole_groups_feasibly(graph_name, preset, objective
 
 
 def test_memory_is_respected_when_one_device_cannot_hold_the_graph():
-    # resnet50 on cpu_gpu: 16 GB accelerators cannot hold the whole model; every method still
+    # resnext50 (49 GB) on cpu_gpu: 40 GB accelerators cannot hold the whole model; every method still
     # returns a feasible placement (no device over its memory).
-    graph = _graph("resnet50")
+    graph = _graph("resnext50")
     objective = bind_objective("step", graph, _devices("cpu_gpu"))
     assert graph.memory_bytes.sum() > _devices("cpu_gpu").memory_bytes[1]
     for name in METHODS:

@@ -23,8 +23,12 @@ What the DP assumes of the device set (it refuses anything else with a ``ConfigE
 * devices of kind ``cpu`` pay no communication (the model's host); all CPUs are alike, and all
   other devices (the accelerators) share one kind, speed and memory;
 * every edge's transfer time does not depend on which two devices it joins (a fixed cost per edge,
-  as in dnn-partitioning files, or identical links everywhere), and all edges out of a node take
-  the same time (one output, sent once per receiving device).
+  as in dnn-partitioning files, or identical links everywhere).
+
+The optimum is proven when all edges out of a node take the same time (one output, sent once per
+receiving device), as in dnn-partitioning files. A PipeDream training graph's backward node sends
+a different gradient to each predecessor; the DP then prices every node by its largest output and
+reports ``info["optimal"] = False``.
 
 The number of ideals can explode on wide graphs (Inception-v3 layer graphs). ``max_states`` caps
 the ideals and ``max_pairs`` the (ideal, sub-ideal) pairs the DP visits; past a cap the placer
@@ -382,13 +386,14 @@ def _dp_devices(objective: BoundObjective) -> tuple[list[int], list[int]]:
     return cpus, accs
 
 
-def _node_send_time_s(objective: BoundObjective) -> NDArray[np.float64]:
-    """Transfer time of each node's output; refuses graphs/devices where it depends on the link."""
+def _node_send_time_s(objective: BoundObjective) -> tuple[NDArray[np.float64], bool]:
+    """Transfer time of each node's output (its largest, if its edges differ) and whether every
+    node's edges agree; refuses devices where the time depends on the link."""
     g, dev = objective.graph, objective.devices
     n, d = g.num_nodes, dev.num_devices
     out = np.zeros(n)
     if not g.num_edges:
-        return out
+        return out, True
     fixed = ~np.isnan(g.edge_cost_s)
     edge_t = np.where(fixed, g.edge_cost_s, 0.0)
     if (~fixed).any() and d > 1:
@@ -407,12 +412,16 @@ def _node_send_time_s(objective: BoundObjective) -> NDArray[np.float64]:
     np.maximum.at(hi, src, edge_t)
     np.minimum.at(lo, src, edge_t)
     has = np.isfinite(hi)
-    if (hi[has] - lo[has] > _REL_TOL * np.maximum(1.0, np.abs(hi[has]))).any():
+    uniform = not (hi[has] - lo[has] > _REL_TOL * np.maximum(1.0, np.abs(hi[has]))).any()
+    if not uniform:
+        # A PipeDream training graph's backward node sends a different gradient to each
+        # predecessor: the DP then prices each node by its largest output (an upper bound on the
+        # model's cost), and its answer is a strong contiguous split rather than a proven optimum.
         bad = int(np.flatnonzero(has & (hi - lo > _REL_TOL * np.maximum(1.0, np.abs(hi))))[0])
-        raise ConfigError(f"method dp needs one transfer time per node's output; edges out of node "
-                          f"{g.node_names[bad]!r} take {lo[bad]:g} to {hi[bad]:g} s", field="graph")
+        log.info("dp: edges out of node %r take %g to %g s; each node is priced by its largest output, "
+                 "so the split is not proven optimal", g.node_names[bad], lo[bad], hi[bad])
     out[has] = hi[has]
-    return out
+    return out, uniform
 
 
 # ---------------------------------------------------------------------- the placer
@@ -469,7 +478,7 @@ class DPPlacer:
         pipeline = objective if isinstance(objective, PipelineObjective) else PipelineObjective(g, dev)
         if pipeline is not objective:
             log.info("dp: optimises the pipeline objective; the placement is priced by %s", objective.name)
-        send_s = _node_send_time_s(objective)
+        send_s, uniform_outputs = _node_send_time_s(objective)
         zeros = np.zeros(g.num_nodes)
         acc_time = objective.time_s[:, accs[0]] if accs else np.full(g.num_nodes, np.inf)
         cpu_time = objective.time_s[:, cpus[0]] if cpus else np.full(g.num_nodes, np.inf)
@@ -499,7 +508,10 @@ class DPPlacer:
         best = float(dp[c, k, i])
         info: dict[str, Any] = {"dp_states": m, "dp_pairs": int(pairs), "dp_nodes": cg.num_nodes,
                                 "dp_merged_zero_nodes": cg.merged_zero, "dp_artificial_nodes": cg.artificial,
-                                "optimal": True, "dp_value_s": best}
+                                "optimal": uniform_outputs, "dp_value_s": best}
+        if not uniform_outputs:
+            info["note"] = ("edges out of some nodes carry different sizes; each node priced by its largest "
+                            "output, so the split is the DP's best under that bound, not a proven optimum")
         if not math.isfinite(best):
             info["feasible"] = False
             info["reason"] = "no contiguous split fits the devices' memory"
