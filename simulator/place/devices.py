@@ -19,6 +19,7 @@ Presets live in ``conf/devices/*.yaml`` and are built by :func:`device_set_from_
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -196,10 +197,8 @@ class DeviceSet:
 def _num(cfg: Mapping[str, Any], key: str, where: str, *, positive: bool = True, default: Any = None) -> float:
     value = cfg.get(key, default)
     if isinstance(value, str):  # plain YAML reads 80.0e9 as a string; OmegaConf as a float
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value.strip().replace(".inf", "inf"))
-        except ValueError:
-            pass
     ok = isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value) and (
         value > 0 if positive else value >= 0)
     if not ok:
