@@ -105,7 +105,7 @@ def test_latency_is_the_forward_pass_only():
 def test_explicit_backward_nodes_run_after_the_forward_pass():
     # f0(1s), f1(3s): forward, no edges; b0(2s), b1(1s): backward, b1 -> b0 with a fixed cost 0.5 s.
     times, edges = [1.0, 3.0, 2.0, 1.0], [(3, 2)]
-    kw = dict(backward=[0, 0, 1, 1], group=[0, 1, 0, 1], edge_cost=[0.5])
+    kw = {"backward": [0, 0, 1, 1], "group": [0, 1, 0, 1], "edge_cost": [0.5]}
     p = np.array([0, 1, 0, 1])
     barrier = bind_objective("step", _graph(times, edges, meta={"backward_after_forward": True}, **kw), _mesh())
     # Forward ends at 3; then b1 3-4, arrives 4.5, b0 4.5-6.5.
