@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"cold start (empty numba cache): import {cold['cold_import_s']:.2f} s, first evaluation "
           f"{cold['cold_first_eval_s']:.2f} s; from the cache: {cold['warm_first_eval_s']:.2f} s")
     result = {"machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
-                          "cpus": os.cpu_count()},
+                          "cpus": os.cpu_count(), "load_average_1_5_15min": os.getloadavg()},
               "seconds_per_cell": args.seconds, "placements": "200 random group placements per cell (seed 0)",
               "cold_start": cold, "rows": rows}
     tmp = args.json.with_suffix(".json.tmp")
