@@ -27,6 +27,7 @@ import numpy as np
 
 from simulator.comm import RampCommModel
 from simulator.partition import PartitionedGraph, Partitioner
+from simulator.place.kernel import list_schedule_fast
 from simulator.placement import Placement
 from workloads.graph import TrainingGraph
 
@@ -54,7 +55,10 @@ class StepResult:
 
 def list_schedule(out_ptr: list[int], out_dst: list[int], indeg: list[int], out_dur: list[float],
                   dur: list[float], server: list[int], sources: list[int]) -> tuple[list[float], list[float]]:
-    """The list-scheduling kernel shared by the cluster simulator and the op placer's objectives.
+    """The reference list-scheduling kernel (pure Python) of the cluster simulator and the op placer.
+
+    Both run its compiled twin :func:`simulator.place.kernel.list_schedule_fast`, which must stay
+    equal to it bit for bit; this one is the readable specification the tests compare against.
 
     Each server (device) runs one task at a time, to completion; among its ready tasks it starts
     the shortest first, ties by index. A task is ready when every in-edge has arrived (source
@@ -123,12 +127,11 @@ def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.n
         dep_time_s: Duration of each dependency.
     """
     out_ptr, out_dst, indeg, out_dep, sources = pg.schedule_index
-    _, finish = list_schedule(out_ptr, out_dst, indeg, dep_time_s[out_dep].tolist(), pg.sub_time_s.tolist(),
-                              sub_server.tolist(), sources)
-    step = max(finish) if finish else 0.0
+    # The compiled kernel: list_schedule's semantics, bit for bit (tests/test_place_objectives.py).
+    _, fin = list_schedule_fast(out_ptr, out_dst, indeg, dep_time_s[out_dep], pg.sub_time_s, sub_server, sources)
+    step = float(fin.max()) if len(fin) else 0.0
     if pg.dep_is_sync.any():
         sync = np.flatnonzero(pg.dep_is_sync)
-        fin = np.asarray(finish)
         step = max(step, float((fin[pg.dep_src[sync]] + dep_time_s[sync]).max()))
     return step
 

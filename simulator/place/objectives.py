@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.place.devices import DeviceSet
-from simulator.step_model import list_schedule
+from simulator.place.kernel import scheduled_value
 from workloads.compute_graph import ComputeGraph
 
 
@@ -187,6 +187,7 @@ class _ScheduledObjective(BoundObjective):
         barrier = bool(g.meta.get("backward_after_forward", False)) and not self.forward_only
         self._phases = [np.flatnonzero(~g.is_backward), np.flatnonzero(g.is_backward)] if barrier else [nodes]
         self._csr = [self._phase_csr(ph) for ph in self._phases]
+        self._kernel_args = self._pack_kernel_args()
 
     def _phase_csr(self, nodes: NDArray[np.int64]):
         g = self.graph
@@ -202,25 +203,58 @@ class _ScheduledObjective(BoundObjective):
         sources = np.flatnonzero(indeg == 0)
         return nodes, keep[order], out_ptr, dst_l[order], indeg, sources
 
+    def _pack_kernel_args(self) -> tuple:
+        """Every placement-independent array of :func:`simulator.place.kernel.scheduled_value`, flat and typed
+        once (the compiled call then costs no conversion per evaluation)."""
+        def cat(parts, dtype):
+            return np.ascontiguousarray(np.concatenate([np.asarray(x, dtype) for x in parts]) if parts else
+                                        np.zeros(0, dtype), dtype=dtype)
+
+        def offsets(parts):
+            return np.concatenate([[0], np.cumsum([len(x) for x in parts])]).astype(np.int64)
+
+        nodes, edges, ptrs, dsts, indegs, sources = zip(*self._csr, strict=True)
+        dev = self.devices
+        f64, i64 = np.float64, np.int64
+        return (np.ascontiguousarray(self.time_s, f64), np.ascontiguousarray(self.graph.memory_bytes, f64),
+                np.ascontiguousarray(self.capacity_bytes, f64), np.ascontiguousarray(self._src, i64),
+                np.ascontiguousarray(self._dst, i64), np.ascontiguousarray(self._has_fixed, np.bool_),
+                np.ascontiguousarray(self._fixed_cost, f64), np.ascontiguousarray(self._edge_bytes, f64),
+                np.ascontiguousarray(dev.latency_s, f64), np.ascontiguousarray(dev.bandwidth_Bps, f64),
+                offsets(nodes), cat(nodes, i64), cat(edges, i64), offsets(edges), cat(ptrs, i64), cat(dsts, i64),
+                cat(indegs, i64), offsets(sources), cat(sources, i64))
+
+    def _run_kernel(self, placement: NDArray[np.int64]) -> tuple[float, NDArray[np.float64], NDArray[np.float64]]:
+        """``(value, start, finish)`` from the compiled kernel (value ``inf`` if infeasible, ``nan`` on a bad index)."""
+        n = self.graph.num_nodes
+        start, finish = np.zeros(n), np.zeros(n)
+        value = scheduled_value(placement, *self._kernel_args, start, finish)
+        if value < 0:
+            raise RuntimeError("step model deadlock: the graph has a cycle")
+        return value, start, finish
+
+    def value(self, placement: NDArray[np.int64]) -> float:
+        """Objective value of ``placement`` in seconds (``inf`` if infeasible); counts one evaluation.
+
+        Same contract as :meth:`BoundObjective.value`, with the checks done inside the compiled call.
+        """
+        p = np.asarray(placement)
+        if p.shape != (self.graph.num_nodes,) or (p.size and p.dtype.kind not in "iu"):
+            self.check(p)  # raises the usual PlacementError
+        p = np.ascontiguousarray(p, dtype=np.int64)
+        v = self._run_kernel(p)[0]
+        if math.isnan(v):
+            self.check(p)  # a device index out of range: raises
+        self.evaluations += 1
+        return v
+
     def _schedule(self, placement: NDArray[np.int64]) -> tuple[float, Schedule | None, NDArray[np.float64]]:
-        g = self.graph
-        edge_t = self.edge_time_s(placement)
-        node_t = self.time_s[np.arange(g.num_nodes), placement]
-        start = np.zeros(g.num_nodes)
-        finish = np.zeros(g.num_nodes)
-        offset = 0.0
-        for nodes, edge_idx, out_ptr, out_dst, indeg, sources in self._csr:
-            if not len(nodes):
-                continue
-            st, fin = list_schedule(out_ptr.tolist(), out_dst.tolist(), indeg.tolist(), edge_t[edge_idx].tolist(),
-                                    node_t[nodes].tolist(), placement[nodes].tolist(), sources.tolist())
-            start[nodes] = np.asarray(st) + offset
-            finish[nodes] = np.asarray(fin) + offset
-            offset = float(finish[nodes].max())
-        return offset, Schedule(start, finish, ()), edge_t
+        p = np.ascontiguousarray(placement, dtype=np.int64)
+        value, start, finish = self._run_kernel(p)
+        return value, Schedule(start, finish, ()), self.edge_time_s(p)
 
     def _value(self, placement: NDArray[np.int64]) -> float:
-        return self._schedule(placement)[0]
+        return self._run_kernel(np.ascontiguousarray(placement, dtype=np.int64))[0]
 
     def _evaluate(self, placement: NDArray[np.int64], compute: NDArray[np.float64]) -> Evaluation:
         value, sched, edge_t = self._schedule(placement)

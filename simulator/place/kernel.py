@@ -1,0 +1,310 @@
+"""Compiled (numba) list-scheduling kernel: the semantics of :func:`simulator.step_model.list_schedule`, faster.
+
+:func:`simulator.step_model.list_schedule` is the reference: a pure-Python heap loop that the
+cluster simulator and the op placer's ``step`` / ``latency`` objectives share. A search over
+placements calls it thousands of times per second, so this module re-implements it with numba on
+flat arrays, with *exactly* the same semantics, and the same floating-point operations in the same
+order (so the results are equal bit for bit; ``tests/test_place_objectives.py`` checks it):
+
+* events (a task finishing, a task becoming ready) are ordered by ``(time, kind, task)`` with
+  finishes before releases; all events at one time are processed together, then every device
+  touched by them that is idle starts its ready task with the shortest duration, ties by index;
+* a task is ready when every in-edge has arrived: its source finished plus the edge's duration
+  (transfers start when their source finishes and never contend).
+
+The priority ``(duration, index)`` is static, so each device's ready queue is a binary heap of
+precomputed ranks; every device's heap lives in one array of ``n`` slots (a device holds at most
+its own tasks). The event heap holds at most one release and one finish per task.
+
+:func:`scheduled_value` goes one step further for the op placer: from a placement it computes node
+and edge times, checks memory and device kinds, and list-schedules every phase in one compiled
+call. Functions are compiled on first use and cached on disk (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+_FINISH, _RELEASE = 0, 1
+
+
+@njit(cache=True, inline="always")
+def _ev_less(t_a: float, k_a: int, t_b: float, k_b: int) -> bool:
+    return t_a < t_b or (t_a == t_b and k_a < k_b)
+
+
+@njit(cache=True)
+def _ev_push(ev_t, ev_k, size, t, k):
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _ev_less(t, k, ev_t[parent], ev_k[parent]):
+            ev_t[i] = ev_t[parent]
+            ev_k[i] = ev_k[parent]
+            i = parent
+        else:
+            break
+    ev_t[i] = t
+    ev_k[i] = k
+    return size + 1
+
+
+@njit(cache=True)
+def _ev_pop(ev_t, ev_k, size):
+    # Removes the root; the caller has read it. Returns the new size.
+    size -= 1
+    t = ev_t[size]
+    k = ev_k[size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and _ev_less(ev_t[c + 1], ev_k[c + 1], ev_t[c], ev_k[c]):
+            c += 1
+        if _ev_less(ev_t[c], ev_k[c], t, k):
+            ev_t[i] = ev_t[c]
+            ev_k[i] = ev_k[c]
+            i = c
+        else:
+            break
+    if size > 0:
+        ev_t[i] = t
+        ev_k[i] = k
+    return size
+
+
+@njit(cache=True)
+def _q_push(q, base, size, rank):
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if rank < q[base + parent]:
+            q[base + i] = q[base + parent]
+            i = parent
+        else:
+            break
+    q[base + i] = rank
+    return size + 1
+
+
+@njit(cache=True)
+def _q_pop(q, base, size):
+    top = q[base]
+    size -= 1
+    last = q[base + size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and q[base + c + 1] < q[base + c]:
+            c += 1
+        if q[base + c] < last:
+            q[base + i] = q[base + c]
+            i = c
+        else:
+            break
+    if size > 0:
+        q[base + i] = last
+    return top, size
+
+
+@njit(cache=True)
+def list_schedule_nb(out_ptr, out_dst, indeg, out_dur, dur, server, sources, num_servers, start, finish):
+    """The compiled kernel (see module docstring); fills ``start`` and ``finish`` in place.
+
+    Args:
+        out_ptr, out_dst, out_dur: CSR successors of each task and the duration of each edge.
+        indeg: In-degree of each task.
+        dur: Duration of each task.
+        server: Device of each task, in ``0..num_servers-1``.
+        sources: Tasks with no in-edge.
+        num_servers: Number of devices.
+        start, finish: Output arrays of length ``n``.
+
+    Returns:
+        Whether every task was scheduled (``False``: the graph has a cycle).
+    """
+    n = dur.shape[0]
+    # Static priority: rank of each task in (duration, index) order; order[rank] is the task.
+    order = np.argsort(dur, kind="mergesort")
+    rank = np.empty(n, np.int64)
+    for r in range(n):
+        rank[order[r]] = r
+    # One heap region per device, sized by its task count.
+    base = np.zeros(num_servers + 1, np.int64)
+    for i in range(n):
+        base[server[i] + 1] += 1
+    for s in range(num_servers):
+        base[s + 1] += base[s]
+    q = np.empty(max(n, 1), np.int64)
+    qsize = np.zeros(num_servers, np.int64)
+    busy = np.zeros(num_servers, np.bool_)
+    touched = np.empty(num_servers, np.int64)
+    is_touched = np.zeros(num_servers, np.bool_)
+    ntouched = 0
+    pending = indeg.copy()
+    ready_at = np.zeros(n)
+    ev_t = np.empty(2 * n + 1)
+    ev_k = np.empty(2 * n + 1, np.int64)
+    nev = 0
+    for j in range(sources.shape[0]):
+        nev = _ev_push(ev_t, ev_k, nev, 0.0, _RELEASE * n + sources[j])
+    for i in range(n):
+        start[i] = 0.0
+        finish[i] = 0.0
+    while nev > 0:
+        now = ev_t[0]
+        while nev > 0 and ev_t[0] == now:
+            key = ev_k[0]
+            nev = _ev_pop(ev_t, ev_k, nev)
+            op = key % n
+            s = server[op]
+            if key < n:  # a finish
+                finish[op] = now
+                busy[s] = False
+                for k in range(out_ptr[op], out_ptr[op + 1]):
+                    d = out_dst[k]
+                    arrive = now + out_dur[k]
+                    if arrive > ready_at[d]:
+                        ready_at[d] = arrive
+                    pending[d] -= 1
+                    if pending[d] == 0:
+                        if ready_at[d] <= now:
+                            sd = server[d]
+                            qsize[sd] = _q_push(q, base[sd], qsize[sd], rank[d])
+                            if not is_touched[sd]:
+                                is_touched[sd] = True
+                                touched[ntouched] = sd
+                                ntouched += 1
+                        else:
+                            nev = _ev_push(ev_t, ev_k, nev, ready_at[d], _RELEASE * n + d)
+            else:
+                qsize[s] = _q_push(q, base[s], qsize[s], rank[op])
+            if not is_touched[s]:
+                is_touched[s] = True
+                touched[ntouched] = s
+                ntouched += 1
+        for j in range(ntouched):
+            s = touched[j]
+            is_touched[s] = False
+            if qsize[s] > 0 and not busy[s]:
+                r, qsize[s] = _q_pop(q, base[s], qsize[s])
+                op = order[r]
+                busy[s] = True
+                start[op] = now
+                nev = _ev_push(ev_t, ev_k, nev, now + dur[op], _FINISH * n + op)
+        ntouched = 0
+    # A plain loop: numba compiles it, not a generator passed to all().
+    for i in range(n):  # noqa: SIM110
+        if pending[i] != 0:
+            return False
+    return True
+
+
+def list_schedule_fast(out_ptr, out_dst, indeg, out_dur, dur, server, sources,
+                       num_servers: int | None = None) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`simulator.step_model.list_schedule` on the compiled kernel (same arguments; arrays or lists).
+
+    Returns:
+        ``(start, finish)`` arrays.
+
+    Raises:
+        RuntimeError: If some task never becomes ready (a cycle).
+    """
+    server_a = np.ascontiguousarray(server, dtype=np.int64)
+    n = server_a.shape[0]
+    if num_servers is None:
+        num_servers = int(server_a.max()) + 1 if n else 1
+    start = np.empty(n)
+    finish = np.empty(n)
+    ok = list_schedule_nb(np.ascontiguousarray(out_ptr, dtype=np.int64), np.ascontiguousarray(out_dst, dtype=np.int64),
+                          np.ascontiguousarray(indeg, dtype=np.int64), np.ascontiguousarray(out_dur, dtype=np.float64),
+                          np.ascontiguousarray(dur, dtype=np.float64), server_a,
+                          np.ascontiguousarray(sources, dtype=np.int64), int(num_servers), start, finish)
+    if not ok:
+        raise RuntimeError("step model deadlock: the graph has a cycle")
+    return start, finish
+
+
+@njit(cache=True)
+def scheduled_value(placement, time_s, memory_bytes, capacity_bytes, src, dst, has_fixed, fixed_cost_s,
+                    edge_bytes, latency_s, bandwidth_Bps, phase_ptr, phase_nodes, phase_edge, csr_ptr_off, csr_ptr,
+                    csr_dst, phase_indeg, src_off, phase_sources, start, finish):
+    """Value of a ``step`` / ``latency`` placement in one compiled call (see ``objectives._ScheduledObjective``).
+
+    Checks the device indices, memory (with the objectives' 1e-12 relative slack) and device
+    kinds, prices every edge as :meth:`BoundObjective.edge_time_s` does, then list-schedules each
+    phase (forward, then backward behind a barrier) and shifts it by the previous phase's end.
+    ``start`` and ``finish`` receive the timeline.
+
+    Returns:
+        The makespan in seconds; ``inf`` if infeasible; ``nan`` if a device index is out of range.
+    """
+    n = placement.shape[0]
+    num_devices = capacity_bytes.shape[0]
+    used = np.zeros(num_devices)
+    for i in range(n):
+        d = placement[i]
+        if d < 0 or d >= num_devices:
+            return np.nan
+    for i in range(n):
+        used[placement[i]] += memory_bytes[i]
+    for d in range(num_devices):
+        if used[d] > capacity_bytes[d] * (1 + 1e-12):
+            return np.inf
+    node_t = np.empty(n)
+    for i in range(n):
+        t = time_s[i, placement[i]]
+        if np.isinf(t):
+            return np.inf
+        node_t[i] = t
+    num_edges = src.shape[0]
+    edge_t = np.empty(num_edges)
+    for k in range(num_edges):
+        a = placement[src[k]]
+        b = placement[dst[k]]
+        if a == b:
+            edge_t[k] = 0.0
+        elif has_fixed[k]:
+            edge_t[k] = fixed_cost_s[k]
+        elif edge_bytes[k] <= 0:
+            edge_t[k] = 0.0
+        else:
+            edge_t[k] = latency_s[a, b] + edge_bytes[k] / bandwidth_Bps[a, b]
+    offset = 0.0
+    for ph in range(phase_ptr.shape[0] - 1):
+        lo, hi = phase_ptr[ph], phase_ptr[ph + 1]
+        m = hi - lo
+        if m == 0:
+            continue
+        nodes = phase_nodes[lo:hi]
+        eidx = phase_edge[csr_ptr_off[ph]:csr_ptr_off[ph + 1]]
+        out_ptr = csr_ptr[lo + ph:hi + ph + 1]
+        out_dst = csr_dst[csr_ptr_off[ph]:csr_ptr_off[ph + 1]]
+        out_dur = np.empty(eidx.shape[0])
+        for k in range(eidx.shape[0]):
+            out_dur[k] = edge_t[eidx[k]]
+        dur = np.empty(m)
+        server = np.empty(m, np.int64)
+        for j in range(m):
+            dur[j] = node_t[nodes[j]]
+            server[j] = placement[nodes[j]]
+        st = np.empty(m)
+        fin = np.empty(m)
+        ok = list_schedule_nb(out_ptr, out_dst, phase_indeg[lo:hi], out_dur, dur, server,
+                              phase_sources[src_off[ph]:src_off[ph + 1]], num_devices, st, fin)
+        if not ok:
+            return -1.0
+        end = -np.inf
+        for j in range(m):
+            start[nodes[j]] = st[j] + offset
+            f = fin[j] + offset
+            finish[nodes[j]] = f
+            if f > end:
+                end = f
+        offset = end
+    return offset
