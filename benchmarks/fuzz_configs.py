@@ -450,7 +450,7 @@ def place_entry() -> Callable[[list[str]], None]:
     from simulator.cli import preflight, report_user_errors
     from simulator.place.cli import COMMAND, run_place
 
-    out = Path(tempfile.mkdtemp(prefix="pacml-fuzz-place-"))
+    out = Path(tempfile.gettempdir()) / "pacml-fuzz-place-out"  # one fixed place, as pacml-sim's out_dir atom
 
     def body(argv: list[str]) -> None:
         cfg = preflight(COMMAND, argv)
