@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
@@ -347,16 +348,33 @@ def _number(value: Any, key: str) -> float:
     return float(value)
 
 
+def _group_overrides(run: Path, group: str) -> str:
+    """``[key=value,...]`` of the run's command-line overrides inside config group ``group``
+    (e.g. ``method.max_evaluations=50``), or ``""``: runs that differ in them are different
+    methods or device sets, not seeds of one."""
+    file = run / ".hydra" / "overrides.yaml"
+    try:
+        items = yaml.safe_load(file.read_text()) if file.is_file() else []
+    except (OSError, yaml.YAMLError):
+        return ""
+    inner = sorted(str(o).split(".", 1)[1] for o in items or [] if str(o).startswith(f"{group}."))
+    return f"[{','.join(inner)}]" if inner else ""
+
+
 def _placement_row(run: Path, s: dict[str, Any]) -> dict[str, Any]:
     config = s.get("config") or {}
     if not isinstance(config, dict):
         raise ValueError("'config' is not an object")
+    described = str(s["devices"]).split(":")[0]
+    choice = str(config.get("devices") or described)
+    if choice in ("auto", "file") and described and described != choice:
+        choice = f"{choice}={described}"  # auto resolves to gpu4 or the file's own devices
     row: dict[str, Any] = {
         "run_dir": str(run),
         "graph": str(s["graph"]),
-        "devices_choice": str(config.get("devices") or str(s["devices"]).split(":")[0]),
+        "devices_choice": choice + _group_overrides(run, "devices"),
         "objective": str(s["objective"]),
-        "method": str(s["method"]),
+        "method": str(s["method"]) + _group_overrides(run, "method"),
         "seed": int(s.get("seed", 0)),
         "devices": str(s["devices"]),
         "feasible": bool(s["feasible"]),

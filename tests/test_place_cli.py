@@ -220,10 +220,23 @@ def test_sweep_then_report(tmp_path: Path) -> None:
 
     report([str(tmp_path / "sweep"), "--out", str(tmp_path / "report")])
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "| resnet18 | auto | latency | round_robin | 1 |" in text
+    assert "| resnet18 | auto=gpu4 | latency | round_robin | 1 |" in text
     assert "vs single" in text and "vs round_robin" in text
     assert "(../sweep/graph=resnet18,method=single,objective=latency/gantt.png)" in text
     for ext in ("png", "svg"):
         assert (tmp_path / "report" / "figures" / f"placement_speedups.{ext}").stat().st_size > 0
     table = (tmp_path / "report" / "tables" / "placement_summary.csv").read_text()
     assert "speedup_vs_single" in table.splitlines()[0]
+
+
+def test_report_keeps_runs_with_other_method_or_device_settings_apart(tmp_path):
+    """Runs differing in method.* or devices.* overrides are different rows, not seeds of one."""
+    from analysis.runs import _group_overrides
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text(
+        "- graph=gnmt\n- method=anneal\n- method.max_evaluations=50\n- devices.servers=8\n")
+    assert _group_overrides(run, "method") == "[max_evaluations=50]"
+    assert _group_overrides(run, "devices") == "[servers=8]"
+    assert _group_overrides(tmp_path / "none", "method") == ""

@@ -201,3 +201,13 @@ def test_simple_placers_put_cpu_only_nodes_on_the_cpu() -> None:
     for placer in (RoundRobinPlacer(), RandomPlacer()):
         p = placer.place(objective, seed=1).placement
         assert p[1] == 0 and p[0] in (1, 2) and math.isfinite(objective.value(p))
+
+
+def test_step_evaluation_reports_the_transfers_each_device_sends() -> None:
+    graph = load_compute_graph("resnet18")
+    objective = bind_objective("step", graph, _preset("gpu4"))
+    placement = RoundRobinPlacer().place(objective).placement
+    ev = objective.evaluate(placement)
+    sent = sum(t1 - t0 for _, t0, t1 in ev.schedule.transfers)
+    assert sent > 0 and ev.comm_s.sum() == pytest.approx(sent)
+    assert objective.evaluate(np.zeros(graph.num_nodes, dtype=np.int64)).comm_s.sum() == 0.0

@@ -62,7 +62,8 @@ class Evaluation:
         reason: Why not (one line naming the device and the bytes), or ``""``.
         memory_bytes: Memory used on each device.
         compute_s: Compute time on each device.
-        comm_s: Communication load of each device (pipeline objective; zeros otherwise).
+        comm_s: Communication of each device: its max-load communication (pipeline objective), or
+            the summed time of the transfers it sends in the step (step, latency; they overlap compute).
         schedule: The timeline (step and latency objectives), else ``None``.
     """
 
@@ -270,8 +271,11 @@ class _ScheduledObjective(BoundObjective):
             bwd = self.graph.is_backward
             compute = compute - np.bincount(placement[bwd], weights=self.time_s[np.flatnonzero(bwd), placement[bwd]],
                                             minlength=self.devices.num_devices)
-        return Evaluation(value, True, "", self.memory_bytes(placement), compute,
-                          np.zeros(self.devices.num_devices), sched)
+        # Communication per device: the time of the transfers it sends (they overlap its compute).
+        comm = np.zeros(self.devices.num_devices)
+        for k, t0, t1 in transfers:
+            comm[placement[self._src[k]]] += t1 - t0
+        return Evaluation(value, True, "", self.memory_bytes(placement), compute, comm, sched)
 
 
 class StepObjective(_ScheduledObjective):
