@@ -254,3 +254,10 @@ def test_expert_user_split_file(tmp_path):
         ExpertPlacer(path=str(missing)).place(objective)
     with pytest.raises(ConfigError, match="method.path"):
         ExpertPlacer(path=str(tmp_path / "nowhere.json"))
+
+
+def test_dp_falls_back_to_the_pipedream_split_past_its_cap():
+    objective = _bind("bert24_inference")
+    result = DPPlacer(max_states=5, fallback="pipedream").place(objective)
+    assert result.info["optimal"] is False and result.info["fallback"] == "pipedream"
+    assert objective.value(result.placement) * 1e3 == pytest.approx(17.7899, rel=1e-4)

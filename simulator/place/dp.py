@@ -444,10 +444,14 @@ class DPPlacer:
         for key, value in (("max_states", max_states), ("max_pairs", max_pairs)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be an integer >= 1, got {value!r}", field=f"method.{key}")
-        if isinstance(fallback, str):
+        if fallback == "pipedream":  # the contiguous chain split: the natural stand-in for the DP
+            from simulator.place.heuristics import PipeDreamPlacer
+
+            fallback = PipeDreamPlacer()
+        elif isinstance(fallback, str):
             if fallback not in _FALLBACKS:
                 raise ConfigError(f"unknown fallback {fallback!r} (expected null, a placer config or one of "
-                                  f"{', '.join(_FALLBACKS)})", field="method.fallback")
+                                  f"{', '.join([*_FALLBACKS, 'pipedream'])})", field="method.fallback")
             fallback = _FALLBACKS[fallback]()
         elif fallback is not None and not isinstance(fallback, Placer):
             raise ConfigError(f"expected null, a placer or a baseline name, got {fallback!r}", field="method.fallback")
