@@ -55,7 +55,13 @@ def _resolve(spec: str) -> list[Path]:
     shipped = shipped_placement_graphs()
     if spec in shipped and not Path(spec).exists():
         return [shipped[spec]]
-    return resolve_graph_paths(spec)
+    try:
+        return resolve_graph_paths(spec)
+    except WorkloadError as exc:
+        # The simulator's key (workload.graphs) means nothing on this command line.
+        if exc.field == "workload.graphs":
+            exc.field = None
+        raise
 
 
 def _describe(detected: DetectedGraph, time_unit_s: float) -> str:
