@@ -471,13 +471,15 @@ class AnnealPlacer:
     def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
         g, d = objective.graph, objective.devices.num_devices
         rng = np.random.default_rng(seed)
+        before = objective.evaluations
         gtime = _group_time(objective)
         group_mem = g.group_memory_bytes
         cap = np.asarray(objective.capacity_bytes, dtype=np.float64)
         gdev = self._start(objective, gtime, group_mem, cap)
         mem_used = np.bincount(gdev, weights=group_mem, minlength=d)
         current = objective.value_groups(gdev)
-        used = 1
+        # The start's evaluations (one per single device tried) count against the budget too.
+        used = objective.evaluations - before
         best_value, best = current, gdev.copy()
         scale = current if math.isfinite(current) and current > 0 else 1.0
         t0, t1 = self.initial_temperature * scale, self.final_temperature * scale
