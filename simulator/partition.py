@@ -211,20 +211,25 @@ class PartitionedGraph:
         return float(self.sub_memory_bytes.sum() + self.dep_bytes.sum())
 
     @cached_property
-    def schedule_index(self) -> tuple[list[int], list[int], list[int], NDArray[np.int64], list[int]]:
+    def schedule_index(self) -> tuple[NDArray[np.int64], ...]:
         """Precedence structure for the step model, placement-independent (cached).
 
         Returns ``(out_ptr, out_dst, in_degree, out_dep, sources)`` over non-sync dependencies:
         sub-op ``i``'s successors are ``out_dst[out_ptr[i]:out_ptr[i+1]]`` and ``out_dep`` maps
-        those positions back to dependency indices.
+        those positions back to dependency indices. Contiguous int64 arrays, ready for the
+        compiled kernel (converting per lookahead would cost O(sub-ops) on the hot path).
         """
         real = np.flatnonzero(~self.dep_is_sync)
         order = real[np.argsort(self.dep_src[real], kind="stable")]
         counts = np.bincount(self.dep_src[order], minlength=self.num_sub_ops)
-        out_ptr = np.concatenate([[0], np.cumsum(counts)]).tolist()
-        indeg = np.bincount(self.dep_dst[real], minlength=self.num_sub_ops)
-        sources = np.flatnonzero(indeg == 0).tolist()
-        return out_ptr, self.dep_dst[order].tolist(), indeg.tolist(), order, sources
+        out_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        indeg = np.bincount(self.dep_dst[real], minlength=self.num_sub_ops).astype(np.int64)
+        sources = np.flatnonzero(indeg == 0).astype(np.int64)
+        index = (out_ptr, np.ascontiguousarray(self.dep_dst[order], dtype=np.int64), indeg,
+                 order.astype(np.int64), sources)
+        for arr in index:
+            arr.setflags(write=False)
+        return index
 
 
 class Partitioner:
