@@ -74,6 +74,19 @@ def _text(value: Any, path: str, where: str) -> str:
 _ELEMENT = re.compile(r"(nodes|edges)\[(\d+)\](?:\.(\w+))?")
 
 
+def _check_record(item: Any, allowed: set[str], required: tuple[str, ...], path: str, where: str) -> None:
+    """One node or edge: an object with only ``allowed`` keys and every ``required`` one."""
+    if not isinstance(item, dict):
+        raise WorkloadError(f"expected an object, got {show(item)}", path=path, field=where)
+    unknown = sorted(set(item) - allowed)
+    if unknown:
+        raise WorkloadError(f"unknown key (expected {', '.join(sorted(allowed))})", path=path,
+                            field=f"{where}.{unknown[0]}")
+    for key in required:
+        if key not in item:
+            raise WorkloadError("missing", path=path, field=f"{where}.{key}")
+
+
 def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | None = None,
                            text: str | None = None) -> ComputeGraph:
     """Build a :class:`ComputeGraph` from a parsed dnn-partitioning document.
@@ -125,15 +138,7 @@ def _parse(document: Any, *, path: str | Path, name: str | None) -> ComputeGraph
     cpu_ms, acc_ms, size, backward, colour = [], [], [], [], []
     for i, node in enumerate(nodes):
         where = f"nodes[{i}]"
-        if not isinstance(node, dict):
-            raise WorkloadError(f"expected an object, got {show(node)}", path=path, field=where)
-        unknown = sorted(set(node) - NODE_KEYS)
-        if unknown:
-            raise WorkloadError(f"unknown key (expected {', '.join(sorted(NODE_KEYS))})", path=path,
-                                field=f"{where}.{unknown[0]}")
-        for key in ("id", "cpuLatency", "fpgaLatency", "size"):
-            if key not in node:
-                raise WorkloadError("missing", path=path, field=f"{where}.{key}")
+        _check_record(node, NODE_KEYS, ("id", "cpuLatency", "fpgaLatency", "size"), path, where)
         nid = _integer(node["id"], path, f"{where}.id")
         if nid in index:
             raise WorkloadError(f"node id {nid} given twice (also nodes[{index[nid]}])", path=path,
@@ -154,15 +159,7 @@ def _parse(document: Any, *, path: str | Path, name: str | None) -> ComputeGraph
     seen: dict[tuple[int, int], int] = {}
     for k, edge in enumerate(edges):
         where = f"edges[{k}]"
-        if not isinstance(edge, dict):
-            raise WorkloadError(f"expected an object, got {show(edge)}", path=path, field=where)
-        unknown = sorted(set(edge) - EDGE_KEYS)
-        if unknown:
-            raise WorkloadError(f"unknown key (expected {', '.join(sorted(EDGE_KEYS))})", path=path,
-                                field=f"{where}.{unknown[0]}")
-        for key in ("sourceId", "destId", "cost"):
-            if key not in edge:
-                raise WorkloadError("missing", path=path, field=f"{where}.{key}")
+        _check_record(edge, EDGE_KEYS, ("sourceId", "destId", "cost"), path, where)
         s, d = _integer(edge["sourceId"], path, f"{where}.sourceId"), _integer(edge["destId"], path, f"{where}.destId")
         for end in (s, d):
             if end not in index:

@@ -434,14 +434,20 @@ def graph_to_json(graph: OpGraph, *, notes: str | None = None) -> str:
             "loss_op": graph.op_ids[graph.loss_index], "source": graph.source}
     if notes:
         head["notes"] = notes
+    edge_pairs = [[graph.op_ids[s], graph.op_ids[d]] for s, d in graph.edges.tolist()]
+    return _document(head, "ops", ops, edge_pairs)
+
+
+def _document(head: dict[str, Any], items_key: str, items: list[Any], edges: list[Any]) -> str:
+    """A graph document laid out for diffs and reading: the header keys, then one op (or node)
+    and one edge per line."""
     lines = ["{"]
     lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    lines.append('  "ops": [')
-    lines.append(",\n".join(f"    {json.dumps(op)}" for op in ops))
+    lines.append(f'  "{items_key}": [')
+    lines.append(",\n".join(f"    {json.dumps(item)}" for item in items))
     lines.append("  ],")
     lines.append('  "edges": [')
-    lines.append(",\n".join(f"    [{json.dumps(graph.op_ids[s])}, {json.dumps(graph.op_ids[d])}]"
-                            for s, d in graph.edges.tolist()))
+    lines.append(",\n".join(f"    {json.dumps(edge)}" for edge in edges))
     lines.append("  ]")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -728,16 +734,7 @@ def compute_graph_to_json(graph: ComputeGraph, *, notes: str | None = None) -> s
         if not math.isnan(graph.edge_cost_s[k]):
             edge["cost"] = float(graph.edge_cost_s[k])
         edges.append(edge)
-    lines = ["{"]
-    lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    lines.append('  "nodes": [')
-    lines.append(",\n".join(f"    {json.dumps(node)}" for node in nodes))
-    lines.append("  ],")
-    lines.append('  "edges": [')
-    lines.append(",\n".join(f"    {json.dumps(edge)}" for edge in edges))
-    lines.append("  ]")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return _document(head, "nodes", nodes, edges)
 
 
 def write_compute_graph(graph: ComputeGraph, path: str | Path, *, notes: str | None = None) -> Path:
