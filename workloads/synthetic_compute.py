@@ -155,10 +155,12 @@ def _suffix(cpu: bool, seed: int, training: bool) -> str:
 def _drawn_scale(rng: np.random.Generator, num_ops: int) -> dict[str, float]:
     """Per-graph magnitudes: typical compute-op time, element-wise time, activation, parameters.
 
-    Parameters are scaled so that the graph's total lands log-uniformly in 0.3-30 GB whatever its
-    size (a small graph of big layers, a big graph of small ones).
+    Parameters are scaled so that the graph's total lands log-uniformly in 0.2-15 GB whatever its
+    size (a small graph of big layers, a big graph of small ones); a training graph charges them
+    twice (op and mirror), so with activations the biggest total 40-60 GB and must be split on the
+    40 GB accelerators of ``cpu_gpu``, not on the 80 GB ones of ``gpu4``.
     """
-    total_params = float(np.exp(rng.uniform(np.log(3e8), np.log(3e10))))
+    total_params = float(np.exp(rng.uniform(np.log(2e8), np.log(1.5e10))))
     return {
         "compute_s": float(np.exp(rng.uniform(np.log(2e-4), np.log(5e-3)))),
         "elementwise_s": float(np.exp(rng.uniform(np.log(2e-5), np.log(3e-4)))),
@@ -339,12 +341,16 @@ def graph_from_name(name: str) -> ComputeGraph:
 
 
 def random_name(rng: np.random.Generator, *, families: tuple[str, ...] = (*FAMILIES, "nasnet"),
-                max_nodes: int = 4000) -> str:
-    """Draw one synthetic graph name (family, parameters, CPU flag, seed, form) from ``rng``.
+                seeds: tuple[int, int] = (0, 10_000), max_nodes: int = 2500) -> str:
+    """Draw one synthetic graph name (family, parameters, CPU flag, seed in ``[seeds[0], seeds[1])``,
+    form) from ``rng``.
 
-    Sizes range from about 20 to about 2,000 nodes (training form: twice the forward ops);
-    ``max_nodes`` bounds them (parameters are redrawn until the estimate fits).
+    Sizes range from about 10 to about 2,000 nodes (training form: twice the forward ops);
+    ``max_nodes`` (at least 50) bounds them: parameters are redrawn until an estimate of the node
+    count fits (the estimate is close; the exact count is the built graph's).
     """
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 50:
+        raise WorkloadError(f"must be an integer >= 50, got {max_nodes!r}", field="max_nodes")
     unknown = sorted(set(families) - set(_PARAMS))
     if unknown or not families:
         raise WorkloadError(f"unknown family {unknown[0] if unknown else '(none)'!r} "
@@ -353,7 +359,7 @@ def random_name(rng: np.random.Generator, *, families: tuple[str, ...] = (*FAMIL
         family = str(rng.choice(list(families)))
         training = bool(rng.random() < 0.6)
         cpu = bool(rng.random() < 0.4)
-        seed = int(rng.integers(0, 10_000))
+        seed = int(rng.integers(*seeds))
         if family == "layered":
             w, dp = int(rng.integers(2, 17)), int(rng.integers(4, 81))
             params, ops = f"w{w}_d{dp}", int(0.75 * w * dp) + 2
