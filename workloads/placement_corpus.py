@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -167,3 +168,17 @@ def scale_graph() -> ComputeGraph:
 def shipped_real() -> tuple[str, ...]:
     """Every shipped real graph name (PipeDream and dnn-partitioning), sorted."""
     return tuple(sorted(shipped_placement_graphs()))
+
+
+def content_fingerprint(graph: ComputeGraph) -> str:
+    """A hash of what a placer sees (per-kind times, memory, backward flags, groups, edges, edge
+    bytes and costs), without the name: a renamed copy of a graph has the same content fingerprint,
+    so the splits can be checked for a held-out graph under another name."""
+    h = hashlib.sha1()
+    for kind in sorted(graph.kind_time_s):
+        h.update(kind.encode())
+        h.update(graph.kind_time_s[kind].tobytes())
+    for arr in (graph.memory_bytes, graph.is_backward, graph.group, graph.edges, graph.edge_bytes,
+                graph.edge_cost_s):
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]

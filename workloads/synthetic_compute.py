@@ -20,7 +20,7 @@ Magnitudes (reference kind ``gpu``, an A100-like device): an op's time is a roof
 other families), with +-10 % seeded noise, clipped to [:data:`MIN_OP_TIME_S`,
 :data:`MAX_OP_TIME_S`]; activations are clipped to [:data:`MIN_ACTIVATION_BYTES`,
 :data:`MAX_ACTIVATION_BYTES`]. Memory of an op = parameters + activation (the rule of
-:class:`~workloads.graph.TrainingGraph`); the biggest graphs total tens of GB, so memory binds on
+:class:`~workloads.graph.TrainingGraph`); the biggest training graphs total 40-60 GB, so memory binds on
 40 GB devices only sometimes. Backward time is :data:`BACKWARD_FACTOR` x forward.
 
 CPU times: with ``cpu=True`` the graph also lists kind ``cpu``: element-wise and normalisation ops
