@@ -66,6 +66,8 @@ FAMILIES = ("layered", "chain", "towers", "transformer")
 _COMPUTE = "compute"  # conv / matmul
 _ELEMENTWISE = "elementwise"  # add, relu, norm, pool, concat
 _CPU_SLOWDOWN = {_COMPUTE: (20.0, 60.0), _ELEMENTWISE: (4.0, 12.0)}
+#: Link bandwidth the drawn activations are sized against (one RAMP transceiver, ``gpu4``).
+_REFERENCE_LINK_BPS = 4e11
 #: Share of compute ops a host CPU cannot run when ``cpu=True``.
 _CPU_UNSUPPORTED_SHARE = 0.2
 
@@ -161,10 +163,16 @@ def _drawn_scale(rng: np.random.Generator, num_ops: int) -> dict[str, float]:
     40 GB accelerators of ``cpu_gpu``, not on the 80 GB ones of ``gpu4``.
     """
     total_params = float(np.exp(rng.uniform(np.log(2e8), np.log(1.5e10))))
+    compute_s = float(np.exp(rng.uniform(np.log(2e-4), np.log(5e-3))))
+    # Communication-to-computation ratio on a RAMP link (4e11 B/s): the shipped real graphs span
+    # about 0.01-0.3, torch.fx exports 0.1-1.7; the activation total is capped at 10 GB so that
+    # memory stays within reach of a 4-GPU set.
+    ccr = float(np.exp(rng.uniform(np.log(0.02), np.log(1.0))))
+    activation = min(ccr * compute_s * _REFERENCE_LINK_BPS, 1e10 / max(1, num_ops))
     return {
-        "compute_s": float(np.exp(rng.uniform(np.log(2e-4), np.log(5e-3)))),
+        "compute_s": compute_s,
         "elementwise_s": float(np.exp(rng.uniform(np.log(2e-5), np.log(3e-4)))),
-        "activation_bytes": float(np.exp(rng.uniform(np.log(1e5), np.log(3e7)))),
+        "activation_bytes": activation,
         "param_bytes": total_params / max(1, num_ops // 2),
     }
 
