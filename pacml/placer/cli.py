@@ -1,0 +1,180 @@
+"""``pacml-train-placer``: pre-train the learned op placer (Hydra app, ``conf/train_placer.yaml``).
+
+Examples::
+
+    pacml-train-placer                                       # the shipped recipe (50 min budget)
+    pacml-train-placer budget.time_s=300 corpus.synthetic=8  # a short run
+    pacml-train-placer resume=outputs/train_placer/<run>     # continue exactly where it stopped
+    pacml-train-placer resume=outputs/train_placer/<run> budget.time_s=6000   # extend it
+
+The time budget counts from the process start and covers every phase (imports, corpus loading,
+task building, training, validation, checkpoints); a resumed run's budget is the total over
+sessions. Use the result with ``pacml-place method=learned method.checkpoint=<run>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import typing
+from pathlib import Path
+
+import hydra
+import torch
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from pacml.placer.model import NetConfig
+from pacml.placer.ppo import PPOSettings
+from pacml.placer.trainer import CHECKPOINT, PREVIOUS_CHECKPOINT, PlacerTrainer
+from pacml.train import process_age_s  # also registers the resume resolvers of the config
+from simulator.cli import HydraCommand, _override_keys, preflight, report_user_errors
+from simulator.errors import ConfigError
+from simulator.place.devices import DeviceSet, device_set_from_config
+from simulator.schema import MAX_SEED, Rule, dataclass_rules, validate_config
+from workloads.io import atomic_write_text
+
+log = logging.getLogger(__name__)
+PROG = "pacml-train-placer"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+_COUNT, _POSITIVE = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
+KEYS: dict[str, Rule] = {
+    "progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
+    "seed": Rule(int, low=0, high=MAX_SEED, required=True), "torch_threads": _COUNT,
+    "corpus.synthetic": Rule(int, low=0), "corpus.seed": Rule(int, low=0, high=MAX_SEED),
+    "corpus.max_nodes": Rule(int | None, low=50), "corpus.real": Rule(bool),
+    "presets": Rule(list[str], non_empty=True),
+    "objectives": Rule(list[typing.Literal["step", "latency", "pipeline"]], non_empty=True),
+    **dataclass_rules("net", NetConfig, {"hidden": _COUNT, "layers": Rule(int, low=0)}),
+    **dataclass_rules("ppo", PPOSettings, {
+        "batch": Rule(int, low=2), "tasks_per_update": _COUNT, "epochs": _COUNT, "clip": _POSITIVE,
+        "learning_rate": _POSITIVE, "ent_coef": Rule(float, low=0.0), "max_grad_norm": _POSITIVE,
+        "infeasible_reward": Rule(float, high=0.0)}),
+    "budget.time_s": Rule(float | None, low=0.0, low_open=True), "budget.updates": Rule(int | None, low=1),
+    "validate_every": _COUNT, "validation_tasks": _COUNT, "checkpoint_every": _COUNT,
+}
+
+
+class TrainPlacerCommand(HydraCommand):
+    """``pacml-train-placer``'s config check: keys and ranges, then the device presets built."""
+
+    def validate(self, cfg: DictConfig, overrides: typing.Any) -> DictConfig:
+        """Check a composed config (raises our own errors); returns it."""
+        cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
+        device_sets(list(cfg.presets))
+        return cfg
+
+
+COMMAND = TrainPlacerCommand(PROG, "train_placer", keys=KEYS, plugins=())
+#: Settings a resumed run may change (everything else comes from the run's own config).
+RESUME_OVERRIDABLE = ("budget.time_s", "budget.updates", "progress", "torch_threads")
+
+
+def device_sets(names: list[str]) -> list[tuple[str, DeviceSet | None]]:
+    """The device presets named (``file``: each dnn-partitioning graph's own set)."""
+    out: list[tuple[str, DeviceSet | None]] = []
+    for name in names:
+        if name == "file":
+            out.append(("file", None))
+            continue
+        path = CONF_DIR / "devices" / f"{name}.yaml"
+        if name in ("auto", "ramp_block") or not path.is_file():
+            known = sorted(p.stem for p in (CONF_DIR / "devices").glob("*.yaml") if p.stem not in ("auto", "ramp_block", "file"))
+            raise ConfigError(f"unknown device preset {name!r} (expected file or one of {', '.join(known)})",
+                              field="presets")
+        out.append((name, device_set_from_config(OmegaConf.to_container(OmegaConf.load(path)),
+                                                 where=f"devices.{name}")))
+    return out
+
+
+def training_graphs(cfg: DictConfig) -> list:
+    """The pre-training graphs of ``cfg.corpus`` (split ``train``: no held-out graph)."""
+    from workloads.placement_corpus import TRAIN_REAL, corpus
+
+    graphs = corpus("train", synthetic=int(cfg.corpus.synthetic), seed=int(cfg.corpus.seed),
+                    max_nodes=cfg.corpus.max_nodes)
+    if not cfg.corpus.real:
+        graphs = [(n, g) for n, g in graphs if n not in TRAIN_REAL]
+    if not graphs:
+        raise ConfigError("no pre-training graph left", field="corpus")
+    return graphs
+
+
+def build_trainer(cfg: DictConfig, out_dir: Path, started_at: float | None = None) -> PlacerTrainer:
+    """A trainer for ``cfg`` writing into ``out_dir``."""
+    return PlacerTrainer(
+        training_graphs(cfg), device_sets(list(cfg.presets)), list(cfg.objectives),
+        net=NetConfig(**OmegaConf.to_container(cfg.net)), ppo=PPOSettings(**OmegaConf.to_container(cfg.ppo)),
+        out_dir=out_dir, seed=int(cfg.seed), time_budget_s=cfg.budget.time_s, max_updates=cfg.budget.updates,
+        validate_every=int(cfg.validate_every), validation_tasks=int(cfg.validation_tasks),
+        checkpoint_every=int(cfg.checkpoint_every), started_at=started_at)
+
+
+def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None,
+                      started_at: float | None = None) -> dict:
+    """Train (or resume) from a composed config; returns the run's summary."""
+    resume = cfg.get("resume")
+    changed = []
+    if resume:
+        run = Path(resume)
+        ckpt = run / CHECKPOINT if run.is_dir() else run
+        if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
+            raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
+        saved_path = ckpt.parent / "train_config.yaml"
+        try:
+            saved = OmegaConf.load(saved_path)
+            if not isinstance(saved, DictConfig) or not isinstance(saved.get("ppo"), DictConfig):
+                raise ValueError("not a pacml-train-placer config (no ppo section)")
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read {saved_path}: {' '.join(str(exc).split())}", field="resume") from exc
+        for item in overrides or []:
+            key = item.split("=", 1)[0].lstrip("+")
+            if key in RESUME_OVERRIDABLE and OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):
+                OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+                changed.append(f"{key}={OmegaConf.select(cfg, key)}")
+        out_dir = ckpt.parent
+        cfg = saved
+    torch.set_num_threads(int(cfg.torch_threads))
+    trainer = build_trainer(cfg, out_dir, started_at)
+    if resume:
+        used = trainer.resume(ckpt)
+        if changed:
+            atomic_write_text(out_dir / "train_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        done = trainer.remaining_work()
+        if done is not None:
+            log.info("nothing to do: %s; pass budget.time_s=S or budget.updates=N (totals over sessions) to extend",
+                     done)
+            return trainer.summary()
+        log.info("resuming %s from %s at update %d (%.0f s used)%s", out_dir, used.name, trainer.update,
+                 trainer.elapsed_s, f" with {', '.join(changed)}" if changed else "")
+    else:
+        atomic_write_text(out_dir / "train_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    log.info("pre-training on %d tasks (%d graphs x presets %s x objectives %s) -> %s", len(trainer.keys),
+             len(trainer.graphs), ",".join(cfg.presets), ",".join(cfg.objectives), out_dir)
+    summary = trainer.train(progress=bool(cfg.get("progress", True)))
+    log.info("trained %d updates (%d evaluations) in %.0f s; best validation ratio %.4f -> %s",
+             summary["updates"], summary["evaluations"], summary["wall_s"], summary["best_val_ratio"],
+             out_dir / "placer.pt")
+    return summary
+
+
+@hydra.main(version_base=None, config_path="pkg://conf", config_name="train_placer")
+def _hydra_main(cfg: DictConfig) -> None:
+    hc = HydraConfig.get()
+    started_at = time.perf_counter() - process_age_s()
+    overrides = list(hc.overrides.task)
+    report_user_errors(PROG, lambda: train_from_config(COMMAND.validate(cfg, overrides),
+                                                       Path(hc.runtime.output_dir), overrides, started_at))
+
+
+def main() -> None:
+    """Console entry point (``pacml-train-placer``)."""
+    preflight(COMMAND, sys.argv[1:])
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""``method=learned``: the pre-trained GNN + PPO placer behind the common placer interface.
+
+Modes:
+
+* ``greedy`` (zero-shot): the policy's most likely device for every group; one evaluation.
+* ``sample``: the best of ``samples`` sampled placements (and the greedy one).
+* ``finetune``: GDP's fine-tuning: PPO on this one task, starting from the pre-trained weights,
+  until ``max_evaluations`` placements have been priced; returns the best placement seen. The
+  reward scale is the greedy placement's value (no baseline placer is consulted).
+
+A graph with more groups than ``max_groups`` is first coarsened (HSDAG-style;
+:func:`simulator.place.coarsen.coarsen`): groups are merged into at most ``max_groups`` clusters,
+the policy places the clusters, and ``refine_evaluations`` greedy moves of single groups on the
+fine graph refine the result.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from pacml.placer.checkpoint import load_placer, resolve_placer
+from pacml.placer.decode import decode
+from pacml.placer.model import PlacerNet
+from pacml.placer.ppo import PPOSettings, Task, advantages, evaluate_rollout, ppo_update
+from simulator.errors import ConfigError
+from simulator.place.objectives import BoundObjective
+from simulator.place.placer import PlacerResult
+
+MODES = ("greedy", "sample", "finetune")
+_NETS: dict[str, tuple[PlacerNet, dict[str, Any]]] = {}
+
+
+def _positive_int(value: Any, key: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"method.{key}")
+    return value
+
+
+class LearnedPlacer:
+    """The learned placer (see module docstring).
+
+    Args:
+        checkpoint: A ``placer.pt``, a ``pacml-train-placer`` run directory or a shipped placer's name;
+            ``None``: the shipped placer for the objective.
+        mode: ``greedy`` | ``sample`` | ``finetune``.
+        samples: Placements sampled in ``sample`` mode.
+        max_evaluations: Evaluation budget of ``finetune`` (the greedy placement included).
+        batch: Placements per fine-tuning update.
+        learning_rate: Fine-tuning step size.
+        epochs: Gradient steps per fine-tuning update.
+        max_groups: Coarsen graphs with more groups than this.
+        refine_evaluations: Evaluations of the refinement after coarsening.
+        threads: Torch threads.
+    """
+
+    name = "learned"
+
+    def __init__(self, checkpoint: str | None = None, mode: str = "greedy", samples: int = 64,
+                 max_evaluations: int = 1000, batch: int = 16, learning_rate: float = 3e-4, epochs: int = 4,
+                 max_groups: int = 2000, refine_evaluations: int = 200, threads: int = 1) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"must be one of {', '.join(MODES)}, got {mode!r}", field="method.mode")
+        if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint):
+            raise ConfigError(f"must be a path or a shipped placer's name, got {checkpoint!r}",
+                              field="method.checkpoint")
+        self.checkpoint, self.mode = checkpoint, mode
+        self.samples = _positive_int(samples, "samples")
+        self.max_evaluations = _positive_int(max_evaluations, "max_evaluations")
+        self.batch = _positive_int(batch, "batch", 2)
+        self.epochs = _positive_int(epochs, "epochs")
+        self.max_groups = _positive_int(max_groups, "max_groups", 2)
+        self.refine_evaluations = _positive_int(refine_evaluations, "refine_evaluations", 0)
+        self.threads = _positive_int(threads, "threads")
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, int | float) or not learning_rate > 0:
+            raise ConfigError(f"must be a number > 0, got {learning_rate!r}", field="method.learning_rate")
+        self.learning_rate = float(learning_rate)
+
+    def network(self, objective_name: str) -> tuple[PlacerNet, dict[str, Any], str]:
+        """The policy network (loaded once per process), its training facts and its file."""
+        path = resolve_placer(self.checkpoint, objective_name)
+        key = str(path.resolve())
+        if key not in _NETS:
+            _NETS[key] = load_placer(path)
+        net, meta = _NETS[key]
+        return net, meta, str(path)
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Place ``objective.graph`` on ``objective.devices`` (see the modes)."""
+        t0 = time.perf_counter()
+        before = objective.evaluations
+        torch.set_num_threads(self.threads)
+        net, meta, path = self.network(objective.name)
+        info: dict[str, Any] = {"checkpoint": path, "mode": self.mode, "trained_updates": meta.get("update")}
+        target = objective
+        coarse = None
+        if objective.graph.num_groups > self.max_groups:
+            from simulator.place.coarsen import coarsen
+
+            coarse = coarsen(objective.graph, self.max_groups, seed=seed)
+            target = type(objective)(coarse.graph, objective.devices)
+            info["coarsened_to_groups"] = coarse.graph.num_groups
+        task = Task.build(objective.graph.name, target, reference_s=1.0)
+        group_device, curve = self._place_task(net, task, seed)
+        evals = target.evaluations if coarse is not None else 0
+        placement = np.asarray(group_device, dtype=np.int64)[target.graph.group]
+        if coarse is not None:
+            info["coarse_value_s"] = float(target.value(placement))
+            placement = self._refine(objective, placement, seed, info)
+        info["curve"] = curve
+        result = PlacerResult(placement, info=info)
+        result.wall_s = time.perf_counter() - t0
+        result.evaluations = objective.evaluations - before + evals
+        return result
+
+    # ------------------------------------------------------------------ modes
+    def _place_task(self, net: PlacerNet, task: Task, seed: int) -> tuple[np.ndarray, list[tuple[int, float]]]:
+        """The best group placement of ``task`` under this mode, with its best-so-far curve."""
+        problem = task.problem
+        greedy = decode(problem, net.scorer_weights(problem), batch=1, greedy=True, keep=False).group_device[0]
+        best_value = task.objective.value_groups(greedy)
+        best = greedy
+        curve = [(1, best_value)]
+        if self.mode == "greedy":
+            return best, curve
+        rng = np.random.default_rng(seed)
+        if self.mode == "sample":
+            left = self.samples
+            weights = net.scorer_weights(problem)
+            while left > 0:
+                rollout = decode(problem, weights, batch=min(left, 64), rng=rng, keep=False)
+                values = evaluate_rollout(task, rollout)
+                left -= len(values)
+                i = int(np.argmin(values))
+                if values[i] < best_value:
+                    best_value, best = float(values[i]), rollout.group_device[i]
+                curve.append((curve[-1][0] + len(values), best_value))
+            return best, curve
+        # finetune: PPO on this task from the pre-trained weights.
+        torch.manual_seed(seed)
+        net = copy.deepcopy(net)
+        net.train()
+        settings = PPOSettings(batch=self.batch, tasks_per_update=1, epochs=self.epochs,
+                               learning_rate=self.learning_rate)
+        optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
+        task.reference_s = best_value if math.isfinite(best_value) and best_value > 0 else 1.0
+        used = 1
+        while used < self.max_evaluations:
+            n = min(self.batch, self.max_evaluations - used)
+            if n < 2:
+                break
+            rollout = decode(problem, net.scorer_weights(problem), batch=n, rng=rng)
+            values = evaluate_rollout(task, rollout)
+            used += n
+            i = int(np.argmin(values))
+            if values[i] < best_value:
+                best_value, best = float(values[i]), rollout.group_device[i]
+            curve.append((used, best_value))
+            ppo_update(net, optimizer, [(task, rollout, advantages(task.rewards(values, -3.0)))], settings)
+        return best, curve
+
+    def _refine(self, objective: BoundObjective, placement: np.ndarray, seed: int, info: dict[str, Any]) -> np.ndarray:
+        """Greedy single-group moves on the fine graph after coarsening (budget ``refine_evaluations``)."""
+        if self.refine_evaluations <= 0:
+            return placement
+        from simulator.place.coarsen import refine
+
+        refined = refine(objective, placement, max_evaluations=self.refine_evaluations, seed=seed)
+        info["refined_value_s"] = float(objective.value(refined))
+        return refined

@@ -1,0 +1,333 @@
+"""Pre-training the learned placer on many tasks, with exact resume and a whole-run time budget.
+
+The task pool is the cross product of the pre-training graphs (``workloads.placement_corpus``,
+split ``train``: never a held-out graph), the device presets and the objectives of the config.
+Tasks are built when first drawn (a task's reference baselines cost a little), so a run starts at
+once. Each update draws ``ppo.tasks_per_update`` tasks, samples ``ppo.batch`` placements of each
+and takes a PPO step (:mod:`pacml.placer.ppo`). Every ``validate_every`` updates the greedy
+placement of a fixed set of validation tasks (training graphs; the held-out ones are for the
+benchmarks only) is priced, and the best policy so far is kept as ``placer.pt``.
+
+Run directory: ``checkpoint.pt`` (+ ``checkpoint.prev.pt``) with everything needed to resume
+exactly (weights, optimiser, random states, counters, history), ``placer.pt`` (best),
+``placer_last.pt``, ``metrics.csv``, TensorBoard ``tb/``, ``curve.png``, ``train_summary.json``
+and ``train_config.yaml``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pacml.placer.checkpoint import PLACER_FORMAT, save_placer
+from pacml.placer.decode import decode
+from pacml.placer.model import NetConfig, PlacerNet
+from pacml.placer.ppo import (
+    PPOSettings,
+    Task,
+    advantages,
+    evaluate_rollout,
+    greedy_value,
+    ppo_update,
+)
+from simulator.errors import ConfigError
+from simulator.place.devices import DeviceSet
+from simulator.place.objectives import bind_objective
+from workloads.compute_graph import ComputeGraph
+from workloads.io import atomic_write, atomic_write_json, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+
+
+class PlacerTrainer:
+    """PPO pre-training over a pool of (graph, devices, objective) tasks.
+
+    Args:
+        graphs: Pre-training graphs ``(name, graph)``.
+        devices: Device sets ``(name, DeviceSet or None)``; ``None`` means a graph's own device set
+            (dnn-partitioning files), skipped for graphs without one.
+        objectives: Objective names.
+        net: Network sizes.
+        ppo: PPO settings.
+        out_dir: Run directory.
+        seed: Seed of the task draws, the samples and the initial weights.
+        time_budget_s: Wall-time budget of the whole run over all sessions (``None``: no limit).
+        max_updates: Stop after this many updates (``None``: no limit).
+        validate_every: Updates between validations.
+        validation_tasks: Number of tasks in the validation set.
+        checkpoint_every: Updates between checkpoints.
+        started_at: ``perf_counter()`` the session's time counts from (default: now).
+    """
+
+    def __init__(self, graphs: list[tuple[str, ComputeGraph]], devices: list[tuple[str, DeviceSet | None]],
+                 objectives: list[str], *, net: NetConfig, ppo: PPOSettings, out_dir: str | Path, seed: int = 0,
+                 time_budget_s: float | None = None, max_updates: int | None = None, validate_every: int = 25,
+                 validation_tasks: int = 12, checkpoint_every: int = 25, started_at: float | None = None) -> None:
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.graphs = dict(graphs)
+        self.keys: list[tuple[str, str, str]] = []
+        self.device_sets: dict[str, DeviceSet | None] = dict(devices)
+        for gname, graph in graphs:
+            for dname, dset in devices:
+                if dset is None and "max_accelerators" not in graph.meta:
+                    continue
+                for obj in objectives:
+                    self.keys.append((gname, dname, obj))
+        if not self.keys:
+            raise ConfigError("no task: no graph fits the device sets and objectives given", field="devices")
+        self.net_config, self.ppo = net, ppo
+        self.seed = seed
+        torch.manual_seed(seed)
+        self.net = PlacerNet(net)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=ppo.learning_rate)
+        self.rng = np.random.default_rng(seed)
+        val_rng = np.random.default_rng([seed, 1])
+        pick = val_rng.choice(len(self.keys), size=min(validation_tasks, len(self.keys)), replace=False)
+        self.validation = [self.keys[i] for i in sorted(pick.tolist())]
+        self.time_budget_s, self.max_updates = time_budget_s, max_updates
+        self.validate_every, self.checkpoint_every = validate_every, checkpoint_every
+        self.update = 0
+        self.evaluations = 0
+        self.elapsed_s = 0.0
+        self.best_val = math.inf
+        self.history: list[dict[str, float]] = []
+        self._tasks: dict[tuple[str, str, str], Task] = {}
+        self._session_start = time.perf_counter() if started_at is None else started_at
+        self._origin = self._session_start
+        self._writer = None
+        self._checkpoint_good = False
+
+    # ------------------------------------------------------------------ tasks
+    def task(self, key: tuple[str, str, str]) -> Task:
+        """The task of ``(graph, devices, objective)``, built on first use."""
+        task = self._tasks.get(key)
+        if task is None:
+            gname, dname, obj = key
+            graph = self.graphs[gname]
+            dset = self.device_sets[dname] or DeviceSet.for_dnn_partitioning(graph.meta)
+            task = Task.build(f"{gname}/{dname}/{obj}", bind_objective(obj, graph, dset))
+            self._tasks[key] = task
+        return task
+
+    def elapsed(self) -> float:
+        """Wall time of the run over all sessions so far."""
+        return time.perf_counter() - self._origin
+
+    @property
+    def writer(self):
+        """TensorBoard writer (created on first use)."""
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+            self._writer = SummaryWriter(str(self.out / "tb"))
+        return self._writer
+
+    # ------------------------------------------------------------------ one update
+    def step(self) -> dict[str, float]:
+        """Draw tasks, sample placements, take one PPO update; returns the update's statistics."""
+        picks = self.rng.choice(len(self.keys), size=min(self.ppo.tasks_per_update, len(self.keys)), replace=False)
+        batch = []
+        ratios = []
+        for i in sorted(picks.tolist()):
+            task = self.task(self.keys[i])
+            rollout = decode(task.problem, self.net.scorer_weights(task.problem), batch=self.ppo.batch, rng=self.rng)
+            values = evaluate_rollout(task, rollout)
+            self.evaluations += len(values)
+            rewards = task.rewards(values, self.ppo.infeasible_reward)
+            batch.append((task, rollout, advantages(rewards)))
+            finite = values[np.isfinite(values)]
+            ratios.append(float(finite.mean() / task.reference_s) if len(finite) else math.nan)
+        stats = ppo_update(self.net, self.optimizer, batch, self.ppo)
+        self.update += 1
+        return {"sample_ratio": float(np.nanmean(ratios)) if not all(map(math.isnan, ratios)) else math.nan, **stats}
+
+    def validate(self) -> dict[str, float]:
+        """Greedy (zero-shot) value over the validation tasks, relative to each task's reference."""
+        ratios = []
+        for key in self.validation:
+            task = self.task(key)
+            value, _ = greedy_value(self.net, task)
+            ratios.append(value / task.reference_s if math.isfinite(value) else 10.0)
+        return {"val_ratio": float(np.mean(ratios)), "val_worst": float(np.max(ratios))}
+
+    # ------------------------------------------------------------------ the loop
+    def remaining_work(self) -> str | None:
+        """Why this run is finished (update cap or budget reached), or ``None``."""
+        if self.max_updates is not None and self.update >= self.max_updates:
+            return f"max_updates={self.max_updates} reached"
+        if self.time_budget_s is not None and self.elapsed() >= self.time_budget_s:
+            return f"time_budget_s={self.time_budget_s:g} used"
+        return None
+
+    def train(self, progress: bool = True) -> dict[str, Any]:
+        """Train until the update cap or the time budget; checkpoint, validate and log on the way."""
+        from tqdm import tqdm
+
+        bar = tqdm(total=self.max_updates, initial=self.update, disable=not progress, unit="update",
+                   desc="pacml-train-placer", dynamic_ncols=True)
+        last_update_s = 0.0
+        try:
+            while self.remaining_work() is None:
+                # Leave room for the last checkpoint and validation inside the budget.
+                if self.time_budget_s is not None and \
+                        self.elapsed() + 2.5 * last_update_s + 5.0 > self.time_budget_s and self.update > 0:
+                    break
+                t0 = time.perf_counter()
+                row: dict[str, float] = {"update": self.update + 1}
+                row.update(self.step())
+                last_update_s = time.perf_counter() - t0
+                if self.update % self.validate_every == 0:
+                    row.update(self._validate())
+                row.update({"evaluations": self.evaluations, "wall_s": self.elapsed(), "update_s": last_update_s})
+                self._log(row)
+                bar.update(1)
+                bar.set_postfix(val=f"{self.best_val:.4f}", sample=f"{row.get('sample_ratio', math.nan):.3f}")
+                if self.update % self.checkpoint_every == 0:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+        if not self.history or "val_ratio" not in self.history[-1]:
+            row = {"update": self.update, **self._validate(), "evaluations": self.evaluations,
+                   "wall_s": self.elapsed()}
+            self._log(row)
+        self.save_checkpoint()
+        summary = self.summary()
+        atomic_write_json(self.out / "train_summary.json", summary)
+        self._plot_curve()
+        if self._writer is not None:
+            self._writer.flush()
+        return summary
+
+    def _validate(self) -> dict[str, float]:
+        stats = self.validate()
+        if stats["val_ratio"] < self.best_val:
+            self.best_val = stats["val_ratio"]
+            save_placer(self.out / "placer.pt", self.net, self._meta())
+        return stats
+
+    def summary(self) -> dict[str, Any]:
+        """What ``train_summary.json`` holds."""
+        return {"updates": self.update, "evaluations": self.evaluations, "wall_s": round(self.elapsed(), 1),
+                "best_val_ratio": self.best_val, "tasks": len(self.keys), "tasks_built": len(self._tasks),
+                "graphs": len(self.graphs), "validation": ["/".join(k) for k in self.validation],
+                "net": asdict(self.net_config), "ppo": asdict(self.ppo)}
+
+    def _meta(self) -> dict[str, Any]:
+        return {"update": self.update, "evaluations": self.evaluations, "val_ratio": self.best_val,
+                "wall_s": round(self.elapsed(), 1), "graphs": sorted(self.graphs),
+                "devices": sorted(self.device_sets), "objectives": sorted({k[2] for k in self.keys})}
+
+    def _log(self, row: dict[str, float]) -> None:
+        self.history.append(row)
+        for key, value in row.items():
+            if key != "update" and isinstance(value, float | int) and value == value:
+                self.writer.add_scalar(f"placer/{key}", value, int(row["update"]))
+        keys = list(dict.fromkeys(k for r in self.history for k in r))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(self.history)
+        atomic_write_text(self.out / "metrics.csv", out.getvalue())
+
+    def _plot_curve(self) -> None:
+        """``curve.png``: sampled and validation (greedy) value relative to the reference, per update."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        upd = [r["update"] for r in self.history if "sample_ratio" in r]
+        ax.plot(upd, [r["sample_ratio"] for r in self.history if "sample_ratio" in r], lw=0.8, alpha=0.6,
+                label="sampled placements (training tasks)")
+        val = [(r["update"], r["val_ratio"]) for r in self.history if "val_ratio" in r]
+        if val:
+            ax.plot(*zip(*val, strict=True), marker="o", ms=3, label="greedy, validation tasks")
+        ax.axhline(1.0, color="grey", ls="--", lw=0.8, label="reference (best of HEFT, single device)")
+        ax.set_xlabel("PPO update")
+        ax.set_ylabel("value / reference")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120)
+        plt.close(fig)
+        atomic_write(self.out / "curve.png", lambda fh: fh.write(buf.getvalue()))
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly where this trainer is."""
+        return {"format": "pacml-train-placer", "version": 1, "update": self.update,
+                "evaluations": self.evaluations, "elapsed_s": self.elapsed(), "best_val": self.best_val,
+                "history": self.history, "model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(), "np_rng": self.rng.bit_generator.state,
+                "keys": self.keys, "net": asdict(self.net_config), "ppo": asdict(self.ppo)}
+
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoint.pt`` atomically, keeping the one before as ``checkpoint.prev.pt``,
+        and the current policy as ``placer_last.pt``."""
+        buf = io.BytesIO()
+        torch.save(self.state_dict(), buf)
+        path = self.out / CHECKPOINT
+        if self._checkpoint_good and path.is_file():
+            tmp = self.out / f".{PREVIOUS_CHECKPOINT}.tmp"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(path, tmp)
+            except OSError:
+                shutil.copyfile(path, tmp)
+            os.replace(tmp, self.out / PREVIOUS_CHECKPOINT)
+        atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+        self._checkpoint_good = True
+        save_placer(self.out / "placer_last.pt", self.net, self._meta())
+        return path
+
+    def resume(self, target: str | Path) -> Path:
+        """Restore from a run directory (or checkpoint file), falling back to ``checkpoint.prev.pt``.
+
+        Raises:
+            ConfigError: (field ``resume``) no usable checkpoint, or one of another run's tasks.
+        """
+        target = Path(target)
+        first = target / CHECKPOINT if target.is_dir() else target
+        problems = []
+        for path in (first, first.parent / PREVIOUS_CHECKPOINT):
+            if not path.is_file():
+                problems.append(f"{path}: no such file")
+                continue
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=False)
+                if not isinstance(state, dict) or state.get("format") != "pacml-train-placer":
+                    raise ValueError("not a pacml-train-placer checkpoint")
+                if [tuple(k) for k in state["keys"]] != self.keys:
+                    raise ValueError("written by a run with other tasks (graphs, devices or objectives)")
+                self.net.load_state_dict(state["model"])
+                self.optimizer.load_state_dict(state["optimizer"])
+                torch.set_rng_state(state["torch_rng"])
+                self.rng.bit_generator.state = state["np_rng"]
+            except Exception as exc:  # torch/pickle raise many types for a damaged file
+                problems.append(f"{path}: {' '.join(str(exc).split())[:200]}")
+                continue
+            self.update, self.evaluations = state["update"], state["evaluations"]
+            self.elapsed_s, self.best_val, self.history = state["elapsed_s"], state["best_val"], state["history"]
+            self._origin = self._session_start - self.elapsed_s
+            self._checkpoint_good = path == first
+            if problems:
+                log.warning("resuming from the previous checkpoint %s: %s", path, "; ".join(problems))
+            return path
+        raise ConfigError(f"no usable checkpoint: {'; '.join(problems)}", field="resume")
+
+
+__all__ = ["CHECKPOINT", "PLACER_FORMAT", "PREVIOUS_CHECKPOINT", "PlacerTrainer"]

@@ -1,0 +1,194 @@
+"""The learned placer: problem arrays, decoding, equivariance, PPO, checkpoints, resume, CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pacml.placer.checkpoint import load_placer, save_placer
+from pacml.placer.decode import decode
+from pacml.placer.learned import LearnedPlacer
+from pacml.placer.model import NetConfig, PlacerNet, problem_tensors
+from pacml.placer.ppo import (
+    PPOSettings,
+    Task,
+    advantages,
+    evaluate_rollout,
+    greedy_value,
+    policy_loss,
+    ppo_update,
+)
+from pacml.placer.trainer import PlacerTrainer
+from simulator.errors import ConfigError
+from simulator.place.devices import Device, DeviceSet
+from simulator.place.objectives import bind_objective
+from workloads.compute_graph import ComputeGraph
+from workloads.loaders import load_compute_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mesh(*devices: Device, bandwidth_Bps: float = 1e10) -> DeviceSet:
+    return DeviceSet.full_mesh("test", devices, bandwidth_Bps=bandwidth_Bps, latency_s=1e-6)
+
+
+def independent_ops(n: int, time_s: float = 1.0, memory_bytes: float = 1.0) -> ComputeGraph:
+    """``n`` ops without edges: the best step puts them evenly on the devices."""
+    return ComputeGraph(name=f"indep{n}", node_names=tuple(f"op{i}" for i in range(n)),
+                        kind_time_s={"gpu": np.full(n, time_s)}, reference_kind="gpu",
+                        memory_bytes=np.full(n, memory_bytes), is_backward=np.zeros(n, bool),
+                        group=np.arange(n), edges=np.zeros((0, 2), np.int64), edge_bytes=np.zeros(0),
+                        edge_cost_s=np.zeros(0))
+
+
+@pytest.fixture(scope="module")
+def resnet_task() -> Task:
+    dev = mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(3)), Device("old", "gpu_old", 0.5, 40e9))
+    return Task.build("resnet18/test/step", bind_objective("step", load_compute_graph("resnet18"), dev))
+
+
+def test_problem_arrays_match_the_graph(resnet_task: Task) -> None:
+    p, g = resnet_task.problem, resnet_task.objective.graph
+    expected = np.zeros((g.num_groups, 4))
+    np.add.at(expected, g.group, resnet_task.objective.time_s)
+    np.testing.assert_allclose(p.group_time_s, expected)
+    assert sorted(p.order.tolist()) == list(range(g.num_groups))
+    # Every quotient edge is seen exactly once, from the endpoint placed later.
+    seen = np.concatenate([*p.in_edges, *p.out_edges])
+    assert sorted(seen.tolist()) == list(range(len(p.edge_src)))
+    rank = np.empty(g.num_groups, int)
+    rank[p.order] = np.arange(g.num_groups)
+    for grp in range(g.num_groups):
+        assert (rank[p.edge_src[p.in_edges[grp]]] < rank[grp]).all()
+        assert (rank[p.edge_dst[p.out_edges[grp]]] < rank[grp]).all()
+    assert np.isfinite(p.group_x).all() and np.isfinite(p.device_x).all()
+    assert (p.edge_cost_s[:, np.arange(4), np.arange(4)] == 0).all()
+
+
+def test_numpy_rollout_and_torch_update_agree(resnet_task: Task) -> None:
+    """The PPO update re-scores the rollout's decisions with the same probabilities (ratio 1)."""
+    torch.manual_seed(0)
+    net = PlacerNet(NetConfig(hidden=16, layers=2))
+    rollout = decode(resnet_task.problem, net.scorer_weights(resnet_task.problem), batch=4,
+                     rng=np.random.default_rng(0))
+    loss, stats = policy_loss(net, resnet_task.problem, rollout, np.array([1.0, -1.0, 0.5, -0.5]), PPOSettings())
+    assert stats["clip_frac"] == 0.0
+    static = net.static_part(*problem_tensors(resnet_task.problem))
+    g, b = rollout.actions.shape
+    rows = static[torch.from_numpy(resnet_task.problem.order)].unsqueeze(1).expand(g, b, -1)
+    logits = net.logits(rows, torch.from_numpy(rollout.features)).masked_fill(~torch.from_numpy(rollout.mask), -1e9)
+    logp = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(rollout.actions).unsqueeze(-1)).squeeze(-1)
+    np.testing.assert_allclose(logp.detach().numpy(), rollout.logp, atol=2e-4)
+
+
+def test_greedy_is_deterministic_and_masks_are_respected() -> None:
+    # Op 1 cannot run on the CPU; op 2 is too big for the small GPU.
+    g = ComputeGraph(name="m", node_names=("a", "b", "c"), kind_time_s={"gpu": np.ones(3),
+                     "cpu": np.array([1.0, np.inf, 1.0])}, reference_kind="gpu",
+                     memory_bytes=np.array([1.0, 1.0, 50.0]), is_backward=np.zeros(3, bool), group=np.arange(3),
+                     edges=np.array([[0, 1], [1, 2]]), edge_bytes=np.full(2, 1e3), edge_cost_s=np.full(2, np.nan))
+    dev = mesh(Device("cpu0", "cpu", 0.1, 1e3), Device("g0", "gpu", 1.0, 10.0))
+    task = Task.build("m", bind_objective("step", g, dev))
+    for seed in range(5):
+        torch.manual_seed(seed)
+        net = PlacerNet(NetConfig(hidden=8, layers=1))
+        r = decode(task.problem, net.scorer_weights(task.problem), batch=32, rng=np.random.default_rng(seed))
+        assert (r.group_device[:, 1] == 1).all()      # only the GPU runs op b
+        assert (r.group_device[:, 2] == 0).all()      # only the CPU holds op c
+        value, placement = greedy_value(net, task)
+        again = greedy_value(net, task)
+        assert value == again[0] and (placement == again[1]).all()
+
+
+def test_equal_devices_are_interchangeable(resnet_task: Task) -> None:
+    """Renaming (reordering) the devices changes no value: the policy never sees device indices."""
+    graph = resnet_task.objective.graph
+    devs = resnet_task.objective.devices.devices
+    torch.manual_seed(3)
+    net = PlacerNet(NetConfig(hidden=16, layers=2))
+    values = []
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]):
+        task = Task.build("x", bind_objective("step", graph, mesh(*(devs[i] for i in order))), reference_s=1.0)
+        values.append(greedy_value(net, task)[0])
+    assert values[0] == pytest.approx(values[1], rel=1e-12) == pytest.approx(values[2], rel=1e-12)
+
+
+def test_ppo_learns_to_balance_independent_ops() -> None:
+    """Eight equal independent ops on two devices: PPO from random weights finds the even split
+    (step 4 s; everything on one device is 8 s) on three seeds out of three."""
+    g = independent_ops(8)
+    dev = mesh(Device("g0", "gpu", 1.0, 1e3), Device("g1", "gpu", 1.0, 1e3))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        task = Task.build("indep", bind_objective("step", g, dev), reference_s=4.0)
+        net = PlacerNet(NetConfig(hidden=16, layers=1))
+        settings = PPOSettings(batch=16, epochs=4, learning_rate=5e-3, ent_coef=0.0)
+        opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
+        rng = np.random.default_rng(seed)
+        for _ in range(25):
+            r = decode(task.problem, net.scorer_weights(task.problem), batch=16, rng=rng)
+            v = evaluate_rollout(task, r)
+            ppo_update(net, opt, [(task, r, advantages(task.rewards(v, -3.0)))], settings)
+        assert greedy_value(net, task)[0] == pytest.approx(4.0)
+
+
+def test_checkpoint_round_trip_and_bad_files(tmp_path: Path, resnet_task: Task) -> None:
+    torch.manual_seed(0)
+    net = PlacerNet(NetConfig(hidden=16, layers=2))
+    save_placer(tmp_path / "placer.pt", net, {"update": 7})
+    loaded, meta = load_placer(tmp_path / "placer.pt")
+    assert meta["update"] == 7
+    assert greedy_value(net, resnet_task)[0] == greedy_value(loaded, resnet_task)[0]
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="unreadable placer"):
+        load_placer(tmp_path / "bad.pt")
+    with pytest.raises(ConfigError, match="no placer at"):
+        LearnedPlacer(checkpoint=str(tmp_path / "missing")).place(resnet_task.objective)
+    with pytest.raises(ConfigError, match="method.mode"):
+        LearnedPlacer(mode="best")
+
+
+def _trainer(out: Path, updates: int) -> PlacerTrainer:
+    graphs = [("resnet18", load_compute_graph("resnet18")), ("indep", independent_ops(6))]
+    dev = mesh(Device("g0", "gpu", 1.0, 80e9), Device("g1", "gpu", 1.0, 80e9))
+    return PlacerTrainer(graphs, [("two", dev)], ["step"], net=NetConfig(hidden=8, layers=1),
+                         ppo=PPOSettings(batch=4, tasks_per_update=1, epochs=2), out_dir=out, seed=5,
+                         max_updates=updates, validate_every=2, validation_tasks=2, checkpoint_every=1)
+
+
+def test_resume_continues_exactly(tmp_path: Path) -> None:
+    straight = _trainer(tmp_path / "a", 4)
+    straight.train(progress=False)
+    first = _trainer(tmp_path / "b", 2)
+    first.train(progress=False)
+    resumed = _trainer(tmp_path / "b", 4)
+    resumed.resume(tmp_path / "b")
+    resumed.train(progress=False)
+    for (k, a), (_, b) in zip(straight.net.state_dict().items(), resumed.net.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+    assert straight.evaluations == resumed.evaluations == 16
+    for name in ("placer.pt", "placer_last.pt", "metrics.csv", "curve.png", "train_summary.json"):
+        assert (tmp_path / "b" / name).is_file()
+
+
+def test_method_learned_through_pacml_place(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    save_placer(tmp_path / "placer.pt", PlacerNet(NetConfig(hidden=8, layers=1)), {"update": 0})
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "simulator.place.cli", "graph=resnet18", "devices=hetero",
+                           "method=learned", f"method.checkpoint={tmp_path / 'placer.pt'}", f"out_dir={out}",
+                           "gantt=false"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "summary.json").is_file()
+
+
+def test_train_placer_bad_input_is_one_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pacml.placer.cli", "presets=[gpu4,nope]"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "nope" in proc.stderr
