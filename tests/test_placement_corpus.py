@@ -83,7 +83,7 @@ def test_random_names_build_valid_graphs_of_the_stated_sizes(draw_seed):
     name = sc.random_name(np.random.default_rng(draw_seed), max_nodes=600)
     g = sc.graph_from_name(name)
     _check_structure(g)
-    assert 10 <= g.num_nodes <= 800  # the name's size estimate is close to the bound
+    assert 10 <= g.num_nodes <= 900  # the name's size is an estimate: at most 1.5x the bound
 
 
 def test_inference_form_is_the_training_forms_forward_nodes():
