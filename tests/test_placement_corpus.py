@@ -236,3 +236,17 @@ def test_placement_matters_on_branchy_synthetic_graphs():
     objective = bind_objective("step", sc.graph_from_name("chain_n50_s3_train"), _devices("gpu4"))
     single = objective.value(SingleDevicePlacer().place(objective).placement)
     assert single / objective.value(HeftPlacer().place(objective).placement) == pytest.approx(1.0, abs=0.01)
+
+
+def test_export_script_reproduces_a_shipped_fx_file_byte_for_byte(tmp_path):
+    # Roofline costs on the meta device: the shipped files come back identical on any machine.
+    pytest.importorskip("torch")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_placement_corpus",
+                                                  ROOT / "scripts" / "export_placement_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--only", "fx_branch_cnn_c4", "--out", str(tmp_path)]) == 0
+    shipped = pc.CORPUS_DIR / "train" / "fx_branch_cnn_c4.json"
+    assert (tmp_path / "train" / "fx_branch_cnn_c4.json").read_bytes() == shipped.read_bytes()
