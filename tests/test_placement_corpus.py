@@ -83,7 +83,7 @@ def test_random_names_build_valid_graphs_of_the_stated_sizes(draw_seed):
     name = sc.random_name(np.random.default_rng(draw_seed), max_nodes=600)
     g = sc.graph_from_name(name)
     _check_structure(g)
-    assert 10 <= g.num_nodes <= 800  # the name's size estimate is close to the bound
+    assert 10 <= g.num_nodes <= 900  # the name's size is an estimate: at most 1.5x the bound
 
 
 def test_inference_form_is_the_training_forms_forward_nodes():
@@ -236,3 +236,17 @@ def test_placement_matters_on_branchy_synthetic_graphs():
     objective = bind_objective("step", sc.graph_from_name("chain_n50_s3_train"), _devices("gpu4"))
     single = objective.value(SingleDevicePlacer().place(objective).placement)
     assert single / objective.value(HeftPlacer().place(objective).placement) == pytest.approx(1.0, abs=0.01)
+
+
+def test_export_script_reproduces_a_shipped_fx_file_byte_for_byte(tmp_path):
+    # Roofline costs on the meta device: the shipped files come back identical on any machine.
+    pytest.importorskip("torch")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_placement_corpus",
+                                                  ROOT / "scripts" / "export_placement_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--only", "fx_branch_cnn_c4", "--out", str(tmp_path)]) == 0
+    shipped = pc.CORPUS_DIR / "train" / "fx_branch_cnn_c4.json"
+    assert (tmp_path / "train" / "fx_branch_cnn_c4.json").read_bytes() == shipped.read_bytes()

@@ -71,7 +71,7 @@ def _fx(path: Path) -> ComputeGraph:
     return load_compute_graph(path)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _synthetic(name: str) -> ComputeGraph:
     return graph_from_name(name)
 

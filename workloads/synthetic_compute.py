@@ -18,8 +18,10 @@ activation and its mirror ``n+v -> n+u`` the same bytes):
 Magnitudes (reference kind ``gpu``, an A100-like device): an op's time is a roofline estimate
 ``max(FLOPs / 19.5e12, bytes / 1.555e12)`` (transformer), or drawn log-uniformly per op type (the
 other families), with +-10 % seeded noise, clipped to [:data:`MIN_OP_TIME_S`,
-:data:`MAX_OP_TIME_S`]; activations are clipped to [:data:`MIN_ACTIVATION_BYTES`,
-:data:`MAX_ACTIVATION_BYTES`]. Memory of an op = parameters + activation (the rule of
+:data:`MAX_OP_TIME_S`]. In the drawn families a graph's typical activation is sized by a drawn
+communication-to-computation ratio (0.02-1 on a 4e11 B/s RAMP link, as the shipped real graphs'
+0.01-0.3 and the torch.fx exports' 0.1-1.7), its activation total capped at 10 GB; every
+activation is clipped to [:data:`MIN_ACTIVATION_BYTES`, :data:`MAX_ACTIVATION_BYTES`]. Memory of an op = parameters + activation (the rule of
 :class:`~workloads.graph.TrainingGraph`); the biggest training graphs total 40-60 GB, so memory binds on
 40 GB devices only sometimes. Backward time is :data:`BACKWARD_FACTOR` x forward.
 
@@ -89,7 +91,7 @@ class _Builder:
         """Append an op fed by ``inputs``; return its index. Times get +-10 % noise, then clipping."""
         i = len(self.names)
         noise = float(self.rng.uniform(0.9, 1.1))
-        self.names.append(f"{name}")
+        self.names.append(name)
         self.kinds.append(kind)
         self.time_s.append(float(np.clip(time_s * noise, MIN_OP_TIME_S, MAX_OP_TIME_S)))
         self.activation_bytes.append(float(np.clip(activation_bytes, MIN_ACTIVATION_BYTES, MAX_ACTIVATION_BYTES)))
