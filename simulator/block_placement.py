@@ -16,21 +16,30 @@ the placement objects of ``simulator.place``, so there is one placement world:
   the job's JCT then comes from the cluster simulator's step model (collectives included), as
   for first fit.
 
-**Symmetric rule.** A split op (``n > 1`` sub-ops) must occupy a symmetric block of ``n``
-servers of the job's block. No placer of ``simulator.place`` can express that joint constraint
-(a placer puts each group on one device independently), so split ops are *fixed*: their
-sub-ops stay where first fit put them (a symmetric block, chained onto the parent's servers
-where possible). Every unsplit op is free to move to any server of the block. The pin is stated
-in the objective itself: a fixed sub-op's compute time is ``inf`` on every server but its own,
-which every placer already treats as "cannot run there" (a kind that cannot run a node), so
-placers see the fixed sub-ops, schedule around them, and cannot move them. Fixing rather than
-hiding the split ops keeps their times and transfers in the placer's objective (a graph of the
-free ops alone would lose every path through the split ones). A placement that still moves a
-fixed sub-op (a placer ignoring ``time_s``) has it put back; one that breaks a group or a
-server's memory is replaced by first fit. Both are counted (:meth:`BlockOpPlacer.info`).
+**Symmetric rule.** A split op of ``n`` sub-ops must occupy ``n`` distinct servers forming a
+symmetric block of the job's block. No placer of ``simulator.place`` can express that joint
+constraint (a placer puts each group on one device independently), so:
 
-Placements are cached by what they depend on: the graph, the degree, where the fixed sub-ops
-sit relative to the block and the kinds of the block's servers (a block of another generation
+* *full-width* ops (``n`` = the block's size; under the SiP-ML split rule every op of more
+  than ``degree`` quanta) are *fixed* where first fit put them: their block is the whole job
+  block, and first fit's order chains sub-op ``i`` onto the parent's ``i``-th server. The pin is
+  stated in the objective itself: a fixed sub-op's compute time is ``inf`` on every server but
+  its own, which every placer already treats as "cannot run there" (a kind that cannot run a
+  node), so placers see the fixed sub-ops, schedule around them, and cannot move them. Fixing
+  rather than hiding them keeps their times and transfers in the placer's objective (a graph of
+  the free ops alone would lose every path through them);
+* *unsplit* ops (``n = 1``: zero-time ops) are free: any server of the block;
+* *narrower* split ops (``1 < n <`` block size) are free in the placer's objective, and the
+  placement is then *snapped*: the op takes the symmetric ``n``-block inside the job's block
+  that holds most of the servers the placer chose (ties: first-fit order), sub-ops keeping
+  their chosen server where it is in that block.
+
+A placement that still moves a fixed sub-op (a placer ignoring ``time_s``) has it put back; one
+that breaks a group or (after snapping) a server's memory is replaced by first fit. All three
+repairs are counted (:meth:`BlockOpPlacer.info`).
+
+Placements are cached by what they depend on: the graph, the degree, first fit's placement
+relative to the block (it fixes the full-width ops) and the kinds of the block's servers (a block of another generation
 never reuses an entry).
 """
 
@@ -46,6 +55,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from simulator.errors import ConfigError
 from simulator.partition import Partitioner
@@ -114,8 +124,8 @@ class _JobGraph:
         self.splits = splits
         self.offset = offset
         self.num_fwd_sub_ops = num_fwd
-        #: Forward sub-ops of split ops (fixed) and of unsplit ops (free).
-        self.fixed_fwd = np.flatnonzero(splits[pg.sub_origin[:num_fwd]] > 1)
+        #: Forward sub-ops of full-width ops (fixed; the job's block has ``degree`` servers).
+        self.fixed_fwd = np.flatnonzero(splits[pg.sub_origin[:num_fwd]] >= degree)
         self.group = group
 
 
@@ -152,7 +162,10 @@ class BlockOpPlacer:
         self.first_fit_fallbacks = 0
         """Placements replaced by first fit (a group split or a server over memory)."""
         self.moved_ops = 0
-        """Unsplit ops put on another server than first fit's (over placer runs)."""
+        """Free (unsplit or narrower) ops put elsewhere than first fit put them (over placer runs)."""
+        self.snapped_sub_ops = 0
+        """Sub-ops of narrower ops moved to make their op a symmetric block."""
+        self._sub_blocks: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
 
     def _job_graph(self, graph: TrainingGraph, degree: int) -> _JobGraph:
         key = (graph.fingerprint, degree)
@@ -167,15 +180,13 @@ class BlockOpPlacer:
         first fit's placement there (which fixes the split ops)."""
         jg = self._job_graph(graph, degree)
         local = {s: i for i, s in enumerate(block_servers)}
-        splits = jg.splits.tolist()
-        fixed = tuple(tuple(local[s] for s in servers) if splits[op] > 1 else ()
-                      for op, servers in enumerate(first_fit.op_servers))
+        # First fit's placement relative to the block: it fixes the full-width ops and is the fallback.
+        ff_local = tuple(tuple(local[s] for s in servers) for servers in first_fit.op_servers)
         kinds = tuple(int(self.topology.server_kind_index[s]) for s in block_servers)
-        key = (graph.fingerprint, degree, len(block_servers), fixed, kinds)
+        key = (graph.fingerprint, degree, ff_local, kinds)
         found = self._cache.get(key)
         if found is None:
-            ff_local = tuple(tuple(local[s] for s in servers) for servers in first_fit.op_servers)
-            found = self._run(jg, block_servers, fixed, ff_local)
+            found = self._run(jg, block_servers, ff_local)
             if len(self._cache) >= self.MAX_CACHE_ENTRIES:
                 self._cache.clear()
             self._cache[key] = found
@@ -189,7 +200,7 @@ class BlockOpPlacer:
         kinds = self.topology.server_kind_index if self.topology.heterogeneous else None
         return Placement(op_servers, tuple(held), mask, placement_signature(op_servers, self.topology.coords, kinds))
 
-    def _run(self, jg: _JobGraph, block_servers: tuple[int, ...], fixed: tuple[tuple[int, ...], ...],
+    def _run(self, jg: _JobGraph, block_servers: tuple[int, ...],
              ff_local: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
         """Run the placer; return each op's devices (indices into the block)."""
         t0 = time.perf_counter()
@@ -209,13 +220,13 @@ class BlockOpPlacer:
         objective = PinnedStepObjective(g, devices, allowed=allowed)
         result = self.placer.place(objective, seed=self.seed)
         placement = np.asarray(result.placement, dtype=np.int64)
-        out = self._decode(jg, objective, placement, pin, ff_dev, ff_local)
+        out = self._decode(jg, objective, placement, pin, ff_dev, ff_local, block_servers)
         self.wall_s += time.perf_counter() - t0
         return out
 
     def _decode(self, jg: _JobGraph, objective: PinnedStepObjective, placement: NDArray[np.int64],
-                pin: NDArray[np.int64], ff_dev: NDArray[np.int64],
-                ff_local: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+                pin: NDArray[np.int64], ff_dev: NDArray[np.int64], ff_local: tuple[tuple[int, ...], ...],
+                block_servers: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         g = jg.graph
         n_dev = objective.devices.num_devices
         if placement.shape != (g.num_nodes,) or (placement.size and (placement.min() < 0 or placement.max() >= n_dev)):
@@ -232,18 +243,57 @@ class BlockOpPlacer:
         if moved.any():
             self.pins_restored += int(moved.sum())
             fwd[moved] = pin[moved]
+        splits = jg.splits.tolist()
+        out: list[tuple[int, ...]] = []
+        for op, n in enumerate(splits):
+            want = tuple(fwd[jg.offset[op]:jg.offset[op + 1]].tolist())
+            if 1 < n < len(block_servers):
+                got = self._snap(want, self.sub_blocks(n, block_servers))
+                self.snapped_sub_ops += sum(a != b for a, b in zip(want, got, strict=True))
+                fwd[jg.offset[op]:jg.offset[op + 1]] = got
+                want = got
+            out.append(want)
         if not objective.feasible(fwd[jg.group]):  # over a server's memory
             self.first_fit_fallbacks += 1
             return ff_local
-        free_ops = np.flatnonzero(jg.splits == 1)
-        self.moved_ops += int((fwd[jg.offset[free_ops]] != ff_dev[jg.offset[free_ops]]).sum())
-        return tuple(tuple(fwd[jg.offset[op]:jg.offset[op + 1]].tolist()) for op in range(len(jg.splits)))
+        self.moved_ops += sum(a != b for a, b in zip(out, ff_local, strict=True))
+        return tuple(out)
+
+    def sub_blocks(self, n: int, block_servers: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """Symmetric blocks of ``n`` servers inside the job's block, as indices into it, in first-fit order."""
+        key = (n, block_servers)
+        found = self._sub_blocks.get(key)
+        if found is None:
+            local = {s: i for i, s in enumerate(block_servers)}
+            found = tuple(tuple(local[s] for s in b.servers) for b in self.topology.blocks(n)
+                          if all(s in local for s in b.servers))
+            if len(self._sub_blocks) >= self.MAX_CACHE_ENTRIES:
+                self._sub_blocks.clear()
+            self._sub_blocks[key] = found
+        return found
+
+    @staticmethod
+    def _snap(want: tuple[int, ...], candidates: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+        """The candidate block holding most of the wanted devices (first on ties), with each sub-op
+        on its wanted device where that device is in the block and not taken, else on the block's
+        next free device."""
+        wanted = set(want)
+        best = max(candidates, key=lambda c: len(wanted.intersection(c)))  # max keeps the first on ties
+        taken: set[int] = set()
+        got: list[int | None] = []
+        for d in want:
+            keep = d in best and d not in taken
+            got.append(d if keep else None)
+            if keep:
+                taken.add(d)
+        rest = iter(d for d in best if d not in taken)
+        return tuple(d if d is not None else next(rest) for d in got)
 
     def info(self) -> dict[str, Any]:
         """Counters for ``summary.json``."""
         return {"op_placer": self.name, "op_placer_calls": self.calls, "op_placer_cache_hits": self.cache_hits,
                 "op_placer_wall_s": self.wall_s, "op_placer_moved_ops": self.moved_ops,
-                "op_placer_pins_restored": self.pins_restored,
+                "op_placer_pins_restored": self.pins_restored, "op_placer_snapped_sub_ops": self.snapped_sub_ops,
                 "op_placer_first_fit_fallbacks": self.first_fit_fallbacks}
 
 
@@ -289,13 +339,17 @@ def build_block_op_placer(name: str, topology: RampTopology, partitioner: Partit
     """
     if name == FIRST_FIT:
         return None
+    node = method_node(name)
     if placement_mode != "block":
         raise ConfigError(f"op placer {name!r} needs sim.placement=block (sim.placement={placement_mode} is the "
                           "original's first-fit rule; use sim.op_placer=first_fit)", field="sim.op_placer")
-    node = method_node(name)
     from simulator.build import instantiate_checked  # build imports this module
+    from simulator.cli import one_line
 
-    placer = instantiate_checked(node, "sim.op_placer")
+    try:
+        placer = instantiate_checked(node, "sim.op_placer")
+    except OmegaConfBaseException as exc:  # e.g. a mandatory '???' value the method file leaves open
+        raise ConfigError(f"op placer {name!r}: {one_line(str(exc))}", field="sim.op_placer") from None
     if not callable(getattr(placer, "place", None)):
         raise ConfigError(f"{node['_target_']} has no place(objective, *, seed) method", field="sim.op_placer")
     return BlockOpPlacer(name, placer, topology, partitioner)
