@@ -23,7 +23,6 @@ exists); the first one is the reference of the paired differences.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -33,7 +32,13 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from simulator.build import build_feasibility, build_policy, build_simulation, build_topology, build_workload
+from simulator.build import (
+    build_feasibility,
+    build_policy,
+    build_simulation,
+    build_topology,
+    build_workload,
+)
 from simulator.cli import CONF_DIR
 from workloads.io import atomic_write_json
 
