@@ -18,7 +18,9 @@ Semantics (spec §7, with the differences stated):
 Results are cached by ``(graph, degree, placement signature)``: placements that differ only by
 a renaming of servers (and of their groups, racks and in-rack indices) share one lookahead; on a
 cluster of several GPU generations the signature also holds each server's kind, so blocks of
-different kinds never share an entry.
+different kinds never share an entry. The op placer (``sim.op_placer``) needs no place in the
+key: the key is the placement it produced, and equal signatures time equally whoever placed them
+(the placement caches, ``simulator.placement`` and ``simulator.block_placement``, do key on it).
 """
 
 from __future__ import annotations

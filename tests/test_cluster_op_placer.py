@@ -171,22 +171,27 @@ def test_bad_server_kinds_are_config_errors() -> None:
 SIM = [sys.executable, "-c", "from simulator.run import main; main()"]
 
 
-def test_cli_op_first_fit_rejects_an_op_placer_and_a_hetero_episode_runs(tmp_path: Path) -> None:
-    bad = subprocess.run([*SIM, "scenario=paper", "sim.placement=op_first_fit", "sim.op_placer=heft",
-                          "progress=false"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2
-    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("pacml-sim: error: field 'sim.op_placer'")
-    assert "needs sim.placement=block" in bad.stderr and "Traceback" not in bad.stderr
+def test_cli_op_first_fit_rejects_an_op_placer_and_a_hetero_episode_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.cli import preflight
+    from simulator.run import COMMAND
+
+    with pytest.raises(SystemExit) as stop:  # pacml-sim's own check, before Hydra runs anything
+        preflight(COMMAND, ["scenario=paper", "sim.placement=op_first_fit", "sim.op_placer=heft"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("pacml-sim: error: field 'sim.op_placer'")
+    assert "needs sim.placement=block" in err and "Traceback" not in err
     out = tmp_path / "run"
     ok = subprocess.run([*SIM, "scenario=physical", "cluster=ramp32_hetero", "sim.op_placer=heft",
-                         "policy=min_feasible_4", "beta=C", "seed=100", "horizon_s=40", "progress=false",
+                         "policy=min_feasible_4", "beta=C", "seed=100", "horizon_s=15", "progress=false",
                          f"out_dir={out}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["op_placer"] == "heft" and summary["op_placer_calls"] >= 1
-    assert summary["num_jobs_arrived"] == 41
+    assert summary["num_jobs_arrived"] == 16
     rows = list(csv.DictReader((out / "jobs.csv").read_text().splitlines()))
-    assert len(rows) == 41 and any(r["outcome"] == "completed" for r in rows)
+    assert len(rows) == 16 and any(r["outcome"] == "completed" for r in rows)
 
 
 def test_placement_objective_sees_every_sub_op_and_pins() -> None:
