@@ -18,6 +18,12 @@ Usage::
 
 ``--placers`` takes any ``sim.op_placer`` value (``learned`` once ``conf/method/learned.yaml``
 exists); the first one is the reference of the paired differences.
+
+``--jct-check`` instead prices, for every graph of the workload, every degree and a few
+occupancies (empty, then random ones), each placer's placement with the simulator's step model
+and prints its step time relative to the first placer's, plus the share of compute and
+activation bytes in the ops an op placer may move (unsplit and narrower ops): why placers can
+hardly change blocking here.
 """
 
 from __future__ import annotations
@@ -75,6 +81,41 @@ def run_episode(cfg: DictConfig, seed: int, feasibility: Any, workload: Any, pol
     return sim.finalize().summary, latencies
 
 
+def jct_check(base: list[str], placers: list[str], occupancies: int = 5) -> None:
+    """Step time of each placer's placement relative to the first placer's (see module docstring)."""
+    cfg = compose_config(base)
+    topology = build_topology(cfg)
+    workload = build_workload(cfg)
+    feas = {p: build_feasibility(topology, {**OmegaConf.to_container(cfg.sim), "op_placer": p}) for p in placers}
+    rng = np.random.default_rng(0)
+    occs = [0] + [int(sum(1 << int(s) for s in rng.choice(topology.num_servers, topology.num_servers // 4,
+                                                                 replace=False))) for _ in range(occupancies)]
+    ref = feas[placers[0]]
+    rel: dict[str, list[float]] = {p: [] for p in placers}
+    for graph in workload.training_graphs:
+        n = graph.num_forward_ops
+        compute = graph.compute_time_s[:n] + graph.compute_time_s[n:]
+        act = graph.forward.activation_bytes
+        for degree in topology.degrees:
+            free = ref.step_model.partitioner.splits(graph, degree) < degree
+            print(f"{graph.name:15s} degree {degree:2d}: {int(free.sum())}/{n} ops free, "
+                  f"{100 * compute[free].sum() / compute.sum():.3f} % of compute, "
+                  f"{100 * act[free].sum() / max(act.sum(), 1):.1f} % of activation bytes")
+            for occ in occs:
+                first = ref.placer.place(graph, degree, occ)
+                if first is None:
+                    continue
+                t0 = ref.step_model.step(graph, degree, first).step_time_s
+                for p, f in feas.items():
+                    rel[p].append(f.step_model.step(graph, degree, f.placer.place(graph, degree, occ)).step_time_s / t0 - 1)
+    print(f"\n| op placer | placements | mean step time vs {placers[0]} | best | worst | better | worse |")
+    print("|---|---|---|---|---|---|---|")
+    for p, r in rel.items():
+        a = np.array(r) * 100
+        print(f"| {p} | {len(a)} | {a.mean():+.3f} % | {a.min():+.3f} % | {a.max():+.3f} % | "
+              f"{int((a < -1e-9).sum())} | {int((a > 1e-9).sum())} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--placers", default="first_fit,heft,m_etf,m_sct,metis",
@@ -86,6 +127,7 @@ def main() -> None:
     parser.add_argument("--scenario", default="physical")
     parser.add_argument("--horizon-s", type=float, default=None, help="shorter episodes (default: the scenario's)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--jct-check", action="store_true", help="step times per placement instead of episodes")
     args = parser.parse_args()
     placers = args.placers.split(",")
     betas = args.betas.split(",")
@@ -93,6 +135,9 @@ def main() -> None:
     base = [f"scenario={args.scenario}", f"cluster={args.cluster}", f"policy={args.policy}"]
     if args.horizon_s is not None:
         base.append(f"horizon_s={args.horizon_s}")
+    if args.jct_check:
+        jct_check(base, placers)
+        return
     rates: dict[str, dict[str, list[float]]] = {}
     latency: dict[str, list[float]] = {}
     info: dict[str, dict[str, Any]] = {}
