@@ -15,6 +15,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from simulator.block_placement import build_block_op_placer
 from simulator.comm import RampCommModel
 from simulator.errors import ConfigError
 from simulator.feasibility import Feasibility
@@ -38,12 +39,16 @@ class SimKnobs:
         edge_sizing: ``paper`` or ``activation`` (see ``simulator.partition.EdgeSizing``).
         placement: ``op_first_fit`` (paper) or ``block`` (see ``simulator.placement``).
         comm_quirks: Keep the original's collective-model quirks (§15.2, §15.3).
+        op_placer: With ``placement=block``, which servers of the job's block each op uses:
+            ``first_fit`` (the chaining rule) or a ``conf/method/<name>.yaml`` placer (see
+            ``simulator.block_placement``).
     """
 
     min_op_time_s: float = 0.01
     edge_sizing: str = "paper"
     placement: str = "op_first_fit"
     comm_quirks: bool = True
+    op_placer: str = "first_fit"
 
 
 def instantiate_checked(node: Any, field: str) -> Any:
@@ -77,7 +82,12 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
     try:
         partitioner = Partitioner(knobs.min_op_time_s, knobs.edge_sizing,  # type: ignore[arg-type]
                                   split_sizes=topology.split_sizes)
-        placer = OpPlacer(topology, partitioner, knobs.placement)  # type: ignore[arg-type]
+        if knobs.placement not in ("op_first_fit", "block"):
+            raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {knobs.placement!r}")
+        op_placer = build_block_op_placer(knobs.op_placer, topology, partitioner, knobs.placement)
+        placer = OpPlacer(topology, partitioner, knobs.placement, op_placer)  # type: ignore[arg-type]
+    except ConfigError:
+        raise
     except ValueError as exc:
         raise ConfigError(str(exc), field="sim") from None
     comm = RampCommModel(topology, double_bandwidth_division=knobs.comm_quirks,

@@ -15,12 +15,16 @@ Two modes decide which servers a job may use:
   inside it, so a job holds exactly ``degree`` servers (a cleaner physical model).
 
 An explicit block from a policy (learned placement) restricts the job to that block in either mode.
+
+In ``block`` mode an *op placer* (``sim.op_placer``, :mod:`simulator.block_placement`) may then
+move the job's ops among the servers of its block; ``first_fit`` (no op placer) keeps the rule
+above. On a cluster of two GPU generations every memory test uses the server's own memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +32,9 @@ from numpy.typing import NDArray
 from simulator.partition import Partitioner
 from simulator.topology import Block, RampTopology, mask_words
 from workloads.graph import TrainingGraph, topological_order
+
+if TYPE_CHECKING:  # the op placer imports this module
+    from simulator.block_placement import BlockOpPlacer
 
 PlacementMode = Literal["op_first_fit", "block"]
 
@@ -64,13 +71,16 @@ class Placement:
 
 
 def placement_signature(op_servers: tuple[tuple[int, ...], ...],
-                        coords: tuple[tuple[int, int, int], ...]) -> tuple:
+                        coords: tuple[tuple[int, int, int], ...],
+                        kinds: NDArray[np.int64] | None = None) -> tuple:
     """Canonical form of a placement: servers renamed by first appearance, with their coordinates
     renamed the same way (communication groups, racks and in-rack indices separately).
 
-    Step times depend only on which sub-ops share a server and on how many distinct groups,
-    racks and in-rack indices a collective touches; renaming preserves both, so placements with
-    equal signatures have equal step times.
+    Step times depend only on which sub-ops share a server, on how many distinct groups,
+    racks and in-rack indices a collective touches and (``kinds``: the kind index of every
+    server, on a cluster of several GPU generations) on each server's kind; renaming preserves
+    all three, so placements with equal signatures have equal step times. Without ``kinds``
+    (one kind) the signature is the same as before kinds existed.
     """
     local: dict[int, int] = {}
     for servers in op_servers:
@@ -81,7 +91,8 @@ def placement_signature(op_servers: tuple[tuple[int, ...], ...],
     shape = []
     for s in local:
         c, r, k = coords[s]
-        shape.append(tuple(m.setdefault(key, len(m)) for m, key in zip(renames, (c, (c, r), r, k), strict=True)))
+        renamed = tuple(m.setdefault(key, len(m)) for m, key in zip(renames, (c, (c, r), r, k), strict=True))
+        shape.append(renamed if kinds is None else (*renamed, int(kinds[s])))
     return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(shape)
 
 
@@ -92,17 +103,27 @@ class OpPlacer:
         topology: The cluster.
         partitioner: Gives the per-op split counts.
         mode: ``op_first_fit`` (paper) or ``block`` (see module docstring).
+        op_placer: In ``block`` mode, moves the ops inside the job's block after first fit
+            (:class:`simulator.block_placement.BlockOpPlacer`); ``None``: first fit as it is.
     """
 
     MAX_CACHE_ENTRIES = 200_000
 
     def __init__(self, topology: RampTopology, partitioner: Partitioner,
-                 mode: PlacementMode = "op_first_fit") -> None:
+                 mode: PlacementMode = "op_first_fit", op_placer: BlockOpPlacer | None = None) -> None:
         if mode not in ("op_first_fit", "block"):
             raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {mode!r}")
+        if op_placer is not None and mode != "block":
+            raise ValueError("an op placer moves ops inside a job's block: it needs placement mode 'block'")
         self.topology = topology
         self.partitioner = partitioner
         self.mode: PlacementMode = mode
+        self.op_placer = op_placer
+        self.op_placer_name = "first_fit" if op_placer is None else op_placer.name
+        # Kind of every server in placement signatures, only when kinds differ (a homogeneous
+        # cluster keeps its signatures, hence its lookahead cache, exactly as before).
+        self._sig_kinds = topology.server_kind_index if topology.heterogeneous else None
+        self._capacity: list[float] = topology.server_memory_bytes.tolist()
         self._cache: dict[tuple, Placement | None] = {}
         self._allowed_cache: dict[tuple[int, int], tuple[Block, ...]] = {}
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
@@ -138,16 +159,19 @@ class OpPlacer:
             occupied_mask: Bitmask of servers held by other jobs.
             block: Restrict the job to these servers (``None``: the mode decides).
         """
-        key = (graph.fingerprint, degree, occupied_mask, None if block is None else block.mask)
+        key = (graph.fingerprint, degree, occupied_mask, None if block is None else block.mask, self.op_placer_name)
         if key in self._cache:
             return self._cache[key]
         allowed = self.topology.all_servers_mask & ~occupied_mask
+        job_block = block
         if block is not None:
             allowed &= block.mask if not block.mask & occupied_mask else 0
         elif self.mode == "block":
             job_block = self.first_fit_block(degree, occupied_mask)
             allowed = job_block.mask if job_block is not None else 0
         result = self._place(graph, degree, allowed) if allowed else None
+        if result is not None and self.op_placer is not None and job_block is not None:
+            result = self.op_placer.refine(graph, degree, result, job_block.servers)
         if len(self._cache) >= self.MAX_CACHE_ENTRIES:
             self._cache.clear()  # bounded memory over long training runs
         self._cache[key] = result
@@ -177,7 +201,7 @@ class OpPlacer:
         fwd = graph.forward
         # An op and its backward mirror are mounted together: each needs its memory share.
         pair_mem = (2 * (fwd.activation_bytes + fwd.parameter_bytes)).tolist()
-        capacity = self.topology.memory_capacity_bytes
+        capacity = self._capacity  # each server its own memory (GPU generations)
         free_mem: dict[int, float] = {}
         op_servers: list[tuple[int, ...] | None] = [None] * fwd.num_ops
         for op in order:
@@ -186,26 +210,29 @@ class OpPlacer:
             chosen: tuple[int, ...] | None = None
             for parent in parents[op]:
                 ps = op_servers[parent]
-                if ps is not None and len(ps) == n and all(free_mem.get(s, capacity) >= need for s in ps):
+                if ps is not None and len(ps) == n and all(free_mem.get(s, capacity[s]) >= need for s in ps):
                     chosen = ps
                     break
             if chosen is None:
                 for blk in self._allowed_blocks(n, allowed):
-                    if all(free_mem.get(s, capacity) >= need for s in blk.servers):
+                    if all(free_mem.get(s, capacity[s]) >= need for s in blk.servers):
                         chosen = blk.servers
                         break
             if chosen is None:
                 return None
             for s in chosen:
-                free_mem[s] = free_mem.get(s, capacity) - need
+                free_mem[s] = free_mem.get(s, capacity[s]) - need
             op_servers[op] = chosen
-        held = sorted({s for servers in op_servers if servers for s in servers})
+        return self.make_placement(tuple(op_servers))  # type: ignore[arg-type]
+
+    def make_placement(self, op_servers: tuple[tuple[int, ...], ...]) -> Placement:
+        """The :class:`Placement` of ``op_servers`` (servers held, mask, signature)."""
+        held = sorted({s for servers in op_servers for s in servers})
         mask = 0
         for s in held:
             mask |= 1 << s
-        final = tuple(op_servers)
-        return Placement(final, tuple(held), mask,  # type: ignore[arg-type]
-                         placement_signature(final, self.topology.coords))  # type: ignore[arg-type]
+        return Placement(op_servers, tuple(held), mask,
+                         placement_signature(op_servers, self.topology.coords, self._sig_kinds))
 
     def clear_cache(self) -> None:
         """Drop cached placements (they stay valid; this only frees memory)."""

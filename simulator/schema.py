@@ -85,6 +85,7 @@ SIM_KEYS: dict[str, Rule] = {
     "sim.edge_sizing": Rule(typing.Literal["paper", "activation"]),
     "sim.placement": Rule(typing.Literal["op_first_fit", "block"]),
     "sim.comm_quirks": Rule(bool),
+    "sim.op_placer": Rule(str, non_empty=True),
     "workload.graphs": Rule(str | list[str], non_empty=True, required=True),
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),

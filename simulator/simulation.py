@@ -347,4 +347,7 @@ class Simulation:
             "horizon_accounting": self.accounting,
             **self.feasibility.step_model.cache_info(),
         })
+        op_placer = getattr(self.feasibility.placer, "op_placer", None)
+        if op_placer is not None:  # first fit adds nothing: its summaries stay as they were
+            summary.update(op_placer.info())
         return RunResult(self.records, summary)

@@ -12,9 +12,15 @@ Semantics (spec §7, with the differences stated):
 * Weight-sync messages never gate a sub-op; the step ends when every sub-op has finished and
   every sync message has arrived.
 * ``JCT = step time x training steps``.
+* On a cluster of two GPU generations a sub-op on a server of speed ``v`` takes ``time / v``
+  (the collectives' reduction cost stays that of the profiled GPU).
 
 Results are cached by ``(graph, degree, placement signature)``: placements that differ only by
-a renaming of servers (and of their groups, racks and in-rack indices) share one lookahead.
+a renaming of servers (and of their groups, racks and in-rack indices) share one lookahead; on a
+cluster of several GPU generations the signature also holds each server's kind, so blocks of
+different kinds never share an entry. The op placer (``sim.op_placer``) needs no place in the
+key: the key is the placement it produced, and equal signatures time equally whoever placed them
+(the placement caches, ``simulator.placement`` and ``simulator.block_placement``, do key on it).
 """
 
 from __future__ import annotations
@@ -118,17 +124,21 @@ def list_schedule(out_ptr: list[int], out_dst: list[int], indeg: list[int], out_
     return start, finish
 
 
-def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.ndarray) -> float:
+def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.ndarray,
+                  sub_time_s: np.ndarray | None = None) -> float:
     """List-schedule one step of ``pg`` on its servers; return the step time in seconds.
 
     Args:
         pg: The partitioned graph.
         sub_server: Server of each sub-op.
         dep_time_s: Duration of each dependency.
+        sub_time_s: Duration of each sub-op on its server (default: ``pg.sub_time_s``, the
+            profiled GPU's).
     """
     out_ptr, out_dst, indeg, out_dep, sources = pg.schedule_index
+    dur = pg.sub_time_s if sub_time_s is None else sub_time_s
     # The compiled kernel: list_schedule's semantics, bit for bit (tests/test_place_objectives.py).
-    _, fin = list_schedule_fast(out_ptr, out_dst, indeg, dep_time_s[out_dep], pg.sub_time_s, sub_server, sources)
+    _, fin = list_schedule_fast(out_ptr, out_dst, indeg, dep_time_s[out_dep], dur, sub_server, sources)
     step = float(fin.max()) if len(fin) else 0.0
     if pg.dep_is_sync.any():
         sync = np.flatnonzero(pg.dep_is_sync)
@@ -148,6 +158,9 @@ class StepModel:
         self.partitioner = partitioner
         self.comm = comm
         self._cache: dict[tuple, StepResult] = {}
+        topology = comm.topology
+        # Per-server speeds only when servers differ: a homogeneous cluster keeps its exact arithmetic.
+        self._speed = np.asarray(topology.server_speed, dtype=np.float64) if topology.heterogeneous else None
         self.num_lookaheads = 0
         """Lookaheads actually simulated (cache misses)."""
         self.num_cache_hits = 0
@@ -174,8 +187,9 @@ class StepModel:
         sub_server = placement.sub_op_servers(pg.splits)
         dep_time = self.comm.dependency_times_s(
             sub_server[pg.dep_src], sub_server[pg.dep_dst], pg.dep_bytes, pg.dep_group, pg.group_is_sync)
-        step = simulate_step(pg, sub_server, dep_time)
-        return StepResult(step_time_s=step, compute_s=float(pg.sub_time_s.sum()),
+        dur = None if self._speed is None else pg.sub_time_s / self._speed[sub_server]
+        step = simulate_step(pg, sub_server, dep_time, dur)
+        return StepResult(step_time_s=step, compute_s=float((pg.sub_time_s if dur is None else dur).sum()),
                           comm_s=float(dep_time.sum()), num_sub_ops=pg.num_sub_ops, num_deps=pg.num_deps)
 
     def cache_info(self) -> dict[str, float]:

@@ -9,8 +9,10 @@ See spec §3 and §5.2 for the rules reproduced here.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,15 +58,25 @@ class RampTopology:
         propagation_latency_s: One-hop propagation latency (paper config: 50 ns).
         io_latency_s: Worker I/O latency, paid at both ends of a transfer (paper config: 100 ns).
         max_degree: Largest partition degree offered to policies (paper: 16).
+        server_kinds: GPU generations, by rack index within a communication group: a list of
+            ``{kind, racks, speed, memory_capacity_bytes}`` (``racks``: the rack indices
+            ``0..R-1`` holding that kind; ``speed``: compute speed relative to the profiled GPU,
+            default 1; memory defaults to ``memory_capacity_bytes``). Every rack index belongs to
+            exactly one kind. ``None``: one kind, ``gpu``, speed 1, ``memory_capacity_bytes``.
 
     Raises:
-        ConfigError: For an impossible shape (a dimension < 1) or non-positive capacities.
+        ConfigError: For an impossible shape (a dimension < 1), non-positive capacities or a
+            rack index with no kind (or two).
     """
+
+    #: Kind of every server of a homogeneous cluster (the profiled GPU).
+    DEFAULT_KIND = "gpu"
 
     def __init__(self, num_comm_groups: int = 4, num_racks_per_group: int = 4,
                  num_servers_per_rack: int = 2, memory_capacity_bytes: float = 80e9,
                  total_node_bandwidth_Bps: float = 1.6e12, propagation_latency_s: float = 50e-9,
-                 io_latency_s: float = 100e-9, max_degree: int = 16) -> None:
+                 io_latency_s: float = 100e-9, max_degree: int = 16,
+                 server_kinds: list[dict[str, Any]] | None = None) -> None:
         for name, value in (("num_comm_groups", num_comm_groups),
                             ("num_racks_per_group", num_racks_per_group),
                             ("num_servers_per_rack", num_servers_per_rack),
@@ -92,8 +104,77 @@ class RampTopology:
             (c, r, s) for c in range(num_comm_groups) for r in range(num_racks_per_group)
             for s in range(num_servers_per_rack))
         self._index = {xyz: i for i, xyz in enumerate(self.coords)}
+        self._set_server_kinds(server_kinds)
         self._blocks: dict[int, tuple[Block, ...]] = {}
         self._block_words: dict[int, NDArray[np.uint64]] = {}
+
+    def _set_server_kinds(self, server_kinds: Sequence[Mapping[str, Any]] | None) -> None:
+        """Fill ``kinds``, ``kind_speed``, ``kind_memory_bytes`` and the per-server arrays."""
+        where = "cluster.server_kinds"
+        R = self.num_racks_per_group
+        if server_kinds is None:
+            server_kinds = [{"kind": self.DEFAULT_KIND, "racks": list(range(R))}]
+        if isinstance(server_kinds, Mapping | str) or not isinstance(server_kinds, Sequence) or not server_kinds:
+            raise ConfigError(f"must be a non-empty list of {{kind, racks, speed, memory_capacity_bytes}}, "
+                              f"got {server_kinds!r}", field=where)
+        rack_kind: list[int | None] = [None] * R
+        kinds: list[str] = []
+        speed: list[float] = []
+        memory: list[float] = []
+        for i, entry in enumerate(server_kinds):
+            at = f"{where}[{i}]"
+            if not isinstance(entry, Mapping):
+                raise ConfigError(f"must be a mapping, got {entry!r}", field=at)
+            unknown = sorted(set(entry) - {"kind", "racks", "speed", "memory_capacity_bytes"})
+            if unknown:
+                raise ConfigError("unknown key (expected kind, racks, speed, memory_capacity_bytes)",
+                                  field=f"{at}.{unknown[0]}")
+            kind = entry.get("kind")
+            if not isinstance(kind, str) or not kind or kind in kinds:
+                raise ConfigError(f"must be a new kind name, got {kind!r}", field=f"{at}.kind")
+            sp = entry.get("speed", 1.0)
+            mem = entry.get("memory_capacity_bytes", self.memory_capacity_bytes)
+            for key, value in (("speed", sp), ("memory_capacity_bytes", mem)):
+                if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                        math.isfinite(value) and value > 0):
+                    raise ConfigError(f"must be a finite number > 0, got {value!r}", field=f"{at}.{key}")
+            racks = entry.get("racks")
+            if isinstance(racks, str) or not isinstance(racks, Sequence) or not racks:
+                raise ConfigError(f"must be a non-empty list of rack indices 0..{R - 1}, got {racks!r}",
+                                  field=f"{at}.racks")
+            for r in racks:
+                if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < R:
+                    raise ConfigError(f"rack index must be an integer in 0..{R - 1}, got {r!r}", field=f"{at}.racks")
+                if rack_kind[r] is not None:
+                    raise ConfigError(f"rack {r} already has kind {kinds[rack_kind[r]]!r}",  # type: ignore[index]
+                                      field=f"{at}.racks")
+                rack_kind[r] = len(kinds)
+            kinds.append(kind)
+            speed.append(float(sp))
+            memory.append(float(mem))
+        missing = [r for r, k in enumerate(rack_kind) if k is None]
+        if missing:
+            raise ConfigError(f"racks {missing} have no kind (every rack index 0..{R - 1} needs one)", field=where)
+        self.kinds: tuple[str, ...] = tuple(kinds)
+        """Server kinds, in config order."""
+        self.kind_speed: dict[str, float] = dict(zip(kinds, speed, strict=True))
+        """Compute speed of each kind relative to the profiled GPU (a sub-op takes ``time / speed``)."""
+        self.kind_memory_bytes: dict[str, float] = dict(zip(kinds, memory, strict=True))
+        """GPU memory of each kind."""
+        index = np.array([rack_kind[r] for _, r, _ in self.coords], dtype=np.int64)
+        index.setflags(write=False)
+        self.server_kind_index: NDArray[np.int64] = index
+        """Index into :attr:`kinds` of every server."""
+        self.server_kind: tuple[str, ...] = tuple(kinds[k] for k in index.tolist())
+        """Kind of every server."""
+        self.server_speed: NDArray[np.float64] = np.array(speed, dtype=np.float64)[index]
+        """Compute speed of every server."""
+        self.server_memory_bytes: NDArray[np.float64] = np.array(memory, dtype=np.float64)[index]
+        """GPU memory of every server."""
+        self.server_speed.setflags(write=False)
+        self.server_memory_bytes.setflags(write=False)
+        self.heterogeneous: bool = len(kinds) > 1
+        """Whether servers differ in kind (two GPU generations)."""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -205,4 +286,5 @@ class RampTopology:
 
     def __repr__(self) -> str:
         C, R, S = self.shape
-        return f"RampTopology({C}x{R}x{S}={self.num_servers} servers)"
+        kinds = f", kinds {'/'.join(self.kinds)}" if self.heterogeneous else ""
+        return f"RampTopology({C}x{R}x{S}={self.num_servers} servers{kinds})"

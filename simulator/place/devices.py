@@ -289,8 +289,10 @@ def device_set_from_config(cfg: Mapping[str, Any], *, where: str = "devices") ->
 
 
 def ramp_block_devices(topology: Any, servers: Sequence[int], *, name: str = "ramp_block") -> DeviceSet:
-    """The servers of a RAMP block as a device set: one GPU each, the topology's memory, and the
-    cluster simulator's point-to-point link (propagation + 2 x I/O latency, one transceiver's bandwidth)."""
-    devices = [Device(f"server{s}", "gpu", 1.0, topology.memory_capacity_bytes) for s in servers]
+    """The servers of a RAMP block as a device set: one GPU each, of the server's kind, speed and
+    memory, and the cluster simulator's point-to-point link (propagation + 2 x I/O latency, one
+    transceiver's bandwidth)."""
+    devices = [Device(f"server{s}", topology.server_kind[s], float(topology.server_speed[s]),
+                      float(topology.server_memory_bytes[s])) for s in servers]
     latency = topology.propagation_latency_s + 2 * topology.io_latency_s
     return DeviceSet.full_mesh(name, devices, bandwidth_Bps=topology.channel_bandwidth_Bps, latency_s=latency)
