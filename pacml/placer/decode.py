@@ -26,6 +26,8 @@ from pacml.placer.problem import NUM_DEVICE_FEATURES, GroupProblem
 #: Number of per-(decision, device) features (dynamic ones plus the device's static features).
 NUM_DYNAMIC_FEATURES = 12
 NUM_STEP_FEATURES = NUM_DYNAMIC_FEATURES + NUM_DEVICE_FEATURES
+#: Index of the indicator of the device(s) with the earliest finish (the list-scheduling prior).
+EFT_FEATURE = 3
 
 
 @dataclass
@@ -49,7 +51,7 @@ class Rollout:
 
 @dataclass(frozen=True)
 class ScorerWeights:
-    """The policy MLP in numpy: ``logit = w3 . relu(W2 relu(static_g + x W1) + b2) + b3``.
+    """The policy MLP in numpy: ``logit = w3 . relu(W2 relu(static_g + x W1) + b2) + b3 + prior x_3``.
 
     ``static`` is the per-group part of the first layer (graph embedding and context, bias
     included), ``(G, H)`` in group-id order; ``w1`` maps the step features.
@@ -61,12 +63,13 @@ class ScorerWeights:
     b2: NDArray[np.float32]
     w3: NDArray[np.float32]
     b3: float
+    prior: float = 0.0
 
     def logits(self, group: int, x: NDArray[np.float32]) -> NDArray[np.float32]:
         """``(B, D)`` logits of placing ``group`` given step features ``x`` ``(B, D, F)``."""
         z = np.maximum(x @ self.w1 + self.static[group], 0.0)
         z = np.maximum(z @ self.w2 + self.b2, 0.0)
-        return z @ self.w3 + self.b3
+        return z @ self.w3 + self.b3 + self.prior * x[:, :, EFT_FEATURE]
 
 
 def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy: bool = False,

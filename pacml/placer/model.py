@@ -5,7 +5,9 @@
   successors, summed with a residual), so an embedding sees ``layers`` hops of its inputs and of
   its consumers. A mean and max pool of the embeddings is the graph's context.
 * Scorer: an MLP on ``[embedding of the group, context, step features of the device]``, one
-  logit per device; the softmax over allowed devices is the policy. The first layer splits into a
+  logit per device, plus a learnable multiple (``prior``, initially 5) of the indicator of the
+  device with the earliest finish: untrained, the policy is a list scheduler; the softmax over
+  allowed devices is the policy. The first layer splits into a
   per-group part (computed once per placement) and a per-device part (computed per decision).
 
 ``use_edges=False`` drops the message passing (features only): the ablation of graph structure.
@@ -20,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from pacml.placer.decode import NUM_STEP_FEATURES, ScorerWeights
+from pacml.placer.decode import EFT_FEATURE, NUM_STEP_FEATURES, ScorerWeights
 from pacml.placer.problem import NUM_GROUP_FEATURES, GroupProblem
 
 
@@ -31,6 +33,7 @@ class NetConfig:
     hidden: int = 64
     layers: int = 3
     use_edges: bool = True
+    prior: float = 5.0
 
 
 class PlacerNet(nn.Module):
@@ -48,6 +51,9 @@ class PlacerNet(nn.Module):
         self.step = nn.Linear(NUM_STEP_FEATURES, h, bias=False)
         self.hidden = nn.Linear(h, h)
         self.out = nn.Linear(h, 1)
+        # A learnable multiple of the "earliest finish" indicator (step feature 3): an untrained
+        # policy is a list scheduler (HEFT's device rule); training learns where to depart from it.
+        self.prior = nn.Parameter(torch.tensor(float(config.prior)))
 
     def embed(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """Group embeddings ``(G, hidden)`` from static features and the group graph."""
@@ -73,7 +79,7 @@ class PlacerNet(nn.Module):
         step features ``(..., D, F)``."""
         z = torch.relu(self.step(features) + static.unsqueeze(-2))
         z = torch.relu(self.hidden(z))
-        return self.out(z).squeeze(-1)
+        return self.out(z).squeeze(-1) + self.prior * features[..., EFT_FEATURE]
 
     def scorer_weights(self, problem: GroupProblem) -> ScorerWeights:
         """The numpy scorer for ``problem`` (no gradients)."""
@@ -82,7 +88,7 @@ class PlacerNet(nn.Module):
             return ScorerWeights(
                 static=static.astype(np.float32), w1=self.step.weight.T.numpy().copy(),
                 w2=self.hidden.weight.T.numpy().copy(), b2=self.hidden.bias.numpy().copy(),
-                w3=self.out.weight[0].numpy().copy(), b3=float(self.out.bias[0]))
+                w3=self.out.weight[0].numpy().copy(), b3=float(self.out.bias[0]), prior=float(self.prior))
 
     def config_dict(self) -> dict:
         """The constructor's config as a plain dict (for checkpoints)."""

@@ -26,6 +26,9 @@ NUM_GROUP_FEATURES = 14
 #: Number of static device features (see :meth:`GroupProblem._device_features`).
 NUM_DEVICE_FEATURES = 6
 _TOL = 1 + 1e-12
+#: Placement order: ``rank`` (HEFT's upward rank over the forward pass, highest first) or
+#: ``first`` (topological position of each group's first node).
+ORDER_BY = "rank"
 
 
 def _log_ratio(x: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
@@ -39,8 +42,9 @@ class GroupProblem:
 
     Attributes:
         objective: The bound objective (graph, devices, values).
-        order: Groups in placement order: topological order of their first node, a group without
-            inputs from other groups just before its first consumer.
+        order: Groups in placement order: by HEFT's upward rank over the forward pass (critical
+            paths first; a topological order), a group without inputs from other groups just
+            before its first consumer (so it can follow that consumer's other inputs).
         group_time_s: ``(G, D)`` compute of each group on each device (``inf``: cannot run it).
         first_pass_s: ``(G, D)`` compute of the group's forward nodes (all of them for a group
             without any): what the decoder's finish-time estimate schedules; the backward part
@@ -87,7 +91,7 @@ class GroupProblem:
         return self.objective.devices.num_devices
 
     @classmethod
-    def from_objective(cls, objective: BoundObjective) -> GroupProblem:
+    def from_objective(cls, objective: BoundObjective, order_by: str = ORDER_BY) -> GroupProblem:
         """Build the arrays of ``objective`` (its graph and devices)."""
         g, dev = objective.graph, objective.devices
         n_groups, d = g.num_groups, dev.num_devices
@@ -116,11 +120,13 @@ class GroupProblem:
         has_input = np.zeros(n_groups, dtype=bool)
         has_input[dst_all[between]] = True
         key = first.astype(np.float64)
+        if order_by == "rank":
+            key = -_forward_rank(objective, topo, group, n_groups)
         consumer_first = np.full(n_groups, np.inf)
-        np.minimum.at(consumer_first, src_all[between], first[dst_all[between]].astype(np.float64))
+        np.minimum.at(consumer_first, src_all[between], key[dst_all[between]])
         lazy = ~has_input & np.isfinite(consumer_first)
-        key[lazy] = consumer_first[lazy] - 0.5
-        order = np.lexsort((first, key)).astype(np.int64)
+        key[lazy] = consumer_first[lazy]
+        order = np.lexsort((first, ~lazy, key)).astype(np.int64)
         rank = np.empty(n_groups, dtype=np.int64)
         rank[order] = np.arange(n_groups)
 
@@ -243,6 +249,45 @@ class GroupProblem:
     def edge_index(self) -> NDArray[np.int64]:
         """``(2, Eq)`` group-graph edges for message passing (source row, destination row)."""
         return np.stack([self.edge_src, self.edge_dst]).astype(np.int64)
+
+
+def _forward_rank(objective: BoundObjective, topo: NDArray[np.int64], group: NDArray[np.int64],
+                  n_groups: int) -> NDArray[np.float64]:
+    """HEFT's upward rank (mean compute plus mean transfer along the longest path to a sink) over
+    the forward nodes, per group (its forward nodes' largest; backward-only groups: -1 - position)."""
+    g, dev = objective.graph, objective.devices
+    fwd = ~np.asarray(g.is_backward, dtype=bool)
+    time_s = np.where(np.isfinite(objective.time_s), objective.time_s, np.nan)
+    mean_t = np.nan_to_num(np.nanmean(time_s, axis=1)) if g.num_nodes else np.zeros(0)
+    src, dst = (g.edges[:, 0], g.edges[:, 1]) if g.num_edges else (np.zeros(0, np.int64),) * 2
+    keep = fwd[src] & fwd[dst]
+    src, dst = src[keep], dst[keep]
+    size = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)[keep]
+    fixed = g.edge_cost_s[keep]
+    d = dev.num_devices
+    off = ~np.eye(d, dtype=bool)
+    mean_lat = float(dev.latency_s[off].mean()) if d > 1 else 0.0
+    mean_inv_bw = float((1.0 / dev.bandwidth_Bps[off]).mean()) if d > 1 else 0.0
+    comm = np.where(np.isnan(fixed), np.where(size > 0, mean_lat + size * mean_inv_bw, 0.0), fixed)
+    order = np.argsort(src, kind="stable")
+    ptr = np.searchsorted(src[order], np.arange(g.num_nodes + 1)).tolist()
+    succ, succ_cost, mean_l = dst[order].tolist(), comm[order].tolist(), mean_t.tolist()
+    rank = [0.0] * g.num_nodes
+    for v in reversed(topo.tolist()):
+        best = 0.0
+        for k in range(ptr[v], ptr[v + 1]):
+            c = succ_cost[k] + rank[succ[k]]
+            if c > best:
+                best = c
+        rank[v] = mean_l[v] + best
+    out = np.full(n_groups, -np.inf)
+    r = np.asarray(rank)
+    np.maximum.at(out, group[fwd], r[fwd])
+    pos = np.empty(g.num_nodes)
+    pos[topo] = np.arange(g.num_nodes)
+    first = np.full(n_groups, np.inf)
+    np.minimum.at(first, group, pos)
+    return np.where(np.isfinite(out), out, -1.0 - first)
 
 
 def _bucket(keys: NDArray[np.int64], values: NDArray[np.int64], n: int) -> tuple[NDArray[np.int64], ...]:
