@@ -51,7 +51,6 @@ from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective, bind_objective
 from simulator.place.placer import PlacerResult, timed
 from workloads.compute_graph import ComputeGraph
-from workloads.graph import topological_order
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +93,22 @@ def _quotient(label: NDArray[np.int64], src: NDArray[np.int64], dst: NDArray[np.
     return uniq // n, uniq % n, np.bincount(inv, weights=weight[keep], minlength=len(uniq))
 
 
+def _strong_components(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Strongly connected component of each node (scipy's compiled search: fast on a million edges)."""
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
+    from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
+
+    adj = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
+    return connected_components(adj, directed=True, connection="strong")[1].astype(np.int64)
+
+
 def _acyclic(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> bool:
-    try:
-        topological_order(n, np.stack([src, dst], axis=1) if len(src) else np.zeros((0, 2), np.int64))
-    except ValueError:
+    """Whether the graph is a DAG: no self-loop and every strongly connected component a single node."""
+    if not len(src):
+        return True
+    if (src == dst).any():
         return False
-    return True
+    return len(np.unique(_strong_components(n, src, dst))) == n
 
 
 def quotient_acyclic(graph: ComputeGraph, cluster_of_node: NDArray[np.int64]) -> bool:
@@ -117,20 +126,31 @@ def quotient_acyclic(graph: ComputeGraph, cluster_of_node: NDArray[np.int64]) ->
 
 
 def _levels(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Longest-path level of each node of a DAG (sources at 0)."""
-    order = topological_order(n, np.stack([src, dst], axis=1) if len(src) else np.zeros((0, 2), np.int64))
-    by_src = np.argsort(src, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
-    succ = dst[by_src].tolist()
-    ptr_l = ptr.tolist()
-    level = [0] * n
-    for u in order:
-        lu = level[u] + 1
-        for j in range(ptr_l[u], ptr_l[u + 1]):
-            v = succ[j]
-            if level[v] < lu:
-                level[v] = lu
-    return np.asarray(level, dtype=np.int64)
+    """Longest-path level of each node of a DAG (sources at 0): Kahn's algorithm a whole frontier at a time."""
+    order = np.argsort(src, kind="stable")
+    succ = dst[order]
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64)
+    pending = np.bincount(dst, minlength=n).astype(np.int64)
+    level = np.zeros(n, dtype=np.int64)
+    frontier = np.flatnonzero(pending == 0)
+    depth, seen = 0, 0
+    while len(frontier):
+        level[frontier] = depth
+        seen += len(frontier)
+        counts = ptr[frontier + 1] - ptr[frontier]
+        total = int(counts.sum())
+        if not total:
+            break
+        # Positions of the frontier's out-edges in the CSR arrays.
+        pos = np.repeat(ptr[frontier] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(total)
+        hit = succ[pos]
+        pending -= np.bincount(hit, minlength=n)
+        touched = np.unique(hit)
+        frontier = touched[pending[touched] == 0]
+        depth += 1
+    if seen < n and (pending > 0).any():
+        raise ValueError("the graph has a cycle")
+    return level
 
 
 def _dense(label: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -257,12 +277,7 @@ def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int) -> NDArray[np.i
     label = np.arange(num_groups, dtype=np.int64)
     # A cyclic group graph: merge its strongly connected components first (the guarantee needs it).
     if not _acyclic(num_groups, gs, gd):
-        from scipy.sparse import coo_matrix  # noqa: PLC0415
-        from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
-
-        adj = coo_matrix((np.ones(len(gs)), (gs, gd)), shape=(num_groups, num_groups)).tocsr()
-        _, label = connected_components(adj, directed=True, connection="strong")
-        label = _dense(label.astype(np.int64))
+        label = _dense(_strong_components(num_groups, gs, gd))
     total = float(weight.sum())
     cap = total / max_groups if total > 0 else math.inf
     k = int(label.max()) + 1
@@ -272,19 +287,30 @@ def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int) -> NDArray[np.i
     while k > max_groups:
         need = k - max_groups
         pairs: list[tuple[int, int]] = []
-        taken = np.zeros(k, dtype=bool)
         if len(a):
             outdeg = np.bincount(a, minlength=k)
             indeg = np.bincount(b, minlength=k)
-            safe = np.flatnonzero((outdeg[a] == 1) | (indeg[b] == 1))
+            sole_succ = outdeg[a] == 1
+            safe = np.flatnonzero(sole_succ | (indeg[b] == 1))
             # Heaviest transfer first, then the lighter merged cluster (keeps sizes even).
             safe = safe[np.lexsort((cw[a[safe]] + cw[b[safe]], -w[safe]))]
-            for e in safe.tolist():
+            # Stars: a hub takes any number of members, each an untouched cluster whose one successor
+            # (or one predecessor) is the hub; every path into or out of a member passes the hub,
+            # so each merge in turn keeps the quotient acyclic. A hub never becomes a member.
+            role = np.zeros(k, dtype=np.int8)  # 0 untouched, 1 hub, 2 member
+            hub_w = cw.astype(np.float64).copy()
+            for e, only_succ in zip(safe.tolist(), sole_succ[safe].tolist(), strict=True):
                 u, v = int(a[e]), int(b[e])
-                if taken[u] or taken[v] or cw[u] + cw[v] > cap:
-                    continue
-                taken[u] = taken[v] = True
-                pairs.append((u, v))
+                hub, member = (v, u) if only_succ else (u, v)
+                if role[member] != 0 or role[hub] == 2 or hub_w[hub] + cw[member] > cap:
+                    if not only_succ or indeg[v] != 1:
+                        continue
+                    hub, member = u, v  # the edge is safe both ways: try the other star
+                    if role[member] != 0 or role[hub] == 2 or hub_w[hub] + cw[member] > cap:
+                        continue
+                role[hub], role[member] = 1, 2
+                hub_w[hub] += cw[member]
+                pairs.append((hub, member))
                 if len(pairs) == need:
                     break
         if not pairs:
