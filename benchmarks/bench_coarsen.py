@@ -48,7 +48,7 @@ def _devices(name: str):
 
 
 def quality(graphs: list[str], presets: list[str], inners: list[str], clusters: list[int],
-            refines: list[int]) -> list[dict]:
+            refines: list[int], width: int = 1) -> list[dict]:
     """Rows of fine vs coarse values (see module docstring)."""
     rows = []
     for name in graphs:
@@ -63,10 +63,10 @@ def quality(graphs: list[str], presets: list[str], inners: list[str], clusters: 
                 for k in clusters:
                     for ref in refines:
                         o = bind_objective("step", g, dev)
-                        r = CoarsenedPlacer(inner, max_groups=k, refine_evaluations=ref).place(o, seed=0)
+                        r = CoarsenedPlacer(inner, max_groups=k, refine_evaluations=ref, width=width).place(o, seed=0)
                         value = o.value(r.placement)
                         rows.append({"graph": name, "ops": g.num_nodes, "groups": g.num_groups, "devices": preset,
-                                     "inner": inner, "clusters": r.info["clusters"], "max_groups": k,
+                                     "inner": inner, "clusters": r.info["clusters"], "max_groups": k, "width": width,
                                      "refine_evaluations": ref, "view": r.info["view"], "fine_s": fine,
                                      "coarse_s": r.info["coarse_value_s"], "value_s": value,
                                      "loss": value / fine - 1 if np.isfinite(fine) and fine > 0 else None,
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--inners", default="heft,m_etf")
     ap.add_argument("--clusters", default="8,32,128")
     ap.add_argument("--refines", default="0,200")
+    ap.add_argument("--width", type=int, default=1, help="lanes of the chain method (CoarsenedPlacer width)")
     ap.add_argument("--scale-graphs", default=",".join(SCALE_GRAPHS))
     ap.add_argument("--chain-graphs", default=",".join(SCALE_GRAPHS),
                     help="big graphs whose placement uses chain clustering (the others: metis)")
@@ -147,7 +148,7 @@ def main() -> None:
         result = json.loads(path.read_text())
     if a.part in ("quality", "both"):
         result["quality"] = quality(graphs, a.devices.split(","), a.inners.split(","),
-                                    [int(x) for x in a.clusters.split(",")], [int(x) for x in a.refines.split(",")])
+                                    [int(x) for x in a.clusters.split(",")], [int(x) for x in a.refines.split(",")], a.width)
     if a.part in ("scale", "both"):
         result["scale"] = scale(a.scale_graphs.split(","), 128, 200, set(a.chain_graphs.split(",")))
     tmp = path.with_suffix(".tmp")

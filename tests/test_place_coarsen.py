@@ -49,10 +49,11 @@ def _groups_whole(graph: ComputeGraph, cluster_of_node: np.ndarray) -> bool:
 
 @settings(max_examples=12, deadline=None)
 @given(max_groups=st.integers(1, 120), method=st.sampled_from(["chain", "metis"]), seed=st.integers(0, 3),
-       name=st.sampled_from(["resnet18", "small_partitioned", "bert24_training"]))
-def test_coarsening_never_splits_a_group_and_respects_the_count(max_groups, method, seed, name) -> None:
+       name=st.sampled_from(["resnet18", "small_partitioned", "bert24_training", "inception_v3"]),
+       width=st.sampled_from([1, 4]))
+def test_coarsening_never_splits_a_group_and_respects_the_count(max_groups, method, seed, name, width) -> None:
     g = partitioned_graph("squeezenet1_0", 4) if name == "small_partitioned" else load_compute_graph(name)
-    c = coarsen(g, max_groups, method=method, seed=seed)
+    c = coarsen(g, max_groups, method=method, seed=seed, width=width)
     assert 1 <= c.num_clusters <= max_groups
     assert _groups_whole(g, c.graph.group)
     assert np.array_equal(c.graph.group, c.cluster_of_group[g.group])
@@ -135,6 +136,7 @@ def test_pacml_place_method_coarse_end_to_end(tmp_path: Path) -> None:
     (["method.inner=nosuch"], "method.inner"),
     (["method.inner=coarse"], "method.inner"),
     (["method.contract=maybe"], "method.contract"),
+    (["method.width=0"], "method.width"),
 ])
 def test_bad_parameters_give_one_line(capsys: pytest.CaptureFixture[str], args: list[str], expected: str) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -273,7 +273,7 @@ def _metis(num_groups: int, gs, gd, gw, weight, max_groups: int, seed: int) -> N
     return np.asarray(res.vertex_part, dtype=np.int64)
 
 
-def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int) -> NDArray[np.int64]:
+def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int, width: int = 1) -> NDArray[np.int64]:
     label = np.arange(num_groups, dtype=np.int64)
     # A cyclic group graph: merge its strongly connected components first (the guarantee needs it).
     if not _acyclic(num_groups, gs, gd):
@@ -314,20 +314,33 @@ def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int) -> NDArray[np.i
                 if len(pairs) == need:
                     break
         if not pairs:
-            # Pack runs of same-level clusters (in order of their first group: locality) into one
-            # cluster each, up to the cap: many at once, since same-level merges never make a cycle.
+            # Pack same-level clusters (in order of their first group: locality), the i-th of a level
+            # into lane i mod width, up to the cap: many at once, since same-level merges never make
+            # a cycle. Lanes keep up to ``width`` parallel branches (or shards) of a level apart.
             level = _levels(k, a, b).tolist()
-            head, head_w, head_level = -1, 0.0, -1
+            heads: list[int] = []
+            head_w: list[float] = []
+            current, i = -1, 0
             for v in np.argsort(np.asarray(level), kind="stable").tolist():
-                if level[v] == head_level and head_w + cw[v] <= cap:
-                    pairs.append((head, v))
-                    head_w += cw[v]
+                if level[v] != current:
+                    current, i, heads, head_w = level[v], 0, [], []
+                lane = i % width
+                i += 1
+                if lane >= len(heads):
+                    heads.append(v)
+                    head_w.append(float(cw[v]))
+                elif head_w[lane] + cw[v] <= cap:
+                    pairs.append((heads[lane], v))
+                    head_w[lane] += float(cw[v])
                     if len(pairs) == need:
                         break
-                else:
-                    head, head_w, head_level = v, float(cw[v]), level[v]
+                else:  # the lane's cluster is full: v starts the lane's next one
+                    heads[lane], head_w[lane] = v, float(cw[v])
         if not pairs:
-            cap *= 2
+            if width > 1 and cap >= total:
+                width = 1  # lanes alone cannot reach max_groups: let parallel clusters merge too
+            else:
+                cap *= 2
             continue
         merge = np.arange(k)
         for u, v in pairs:
@@ -340,8 +353,13 @@ def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int) -> NDArray[np.i
     return label
 
 
-def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed: int = 0) -> Coarsening:
+def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed: int = 0,
+            width: int = 1) -> Coarsening:
     """Merge whole groups of ``graph`` into at most ``max_groups`` clusters (module docstring).
+
+    ``width`` (chain only): same-level clusters are packed into ``width`` lanes per level (the i-th
+    cluster of a level into lane ``i mod width``), keeping up to ``width`` parallel branches or
+    shards of a level apart while the count allows (measured: mixed, see BENCHMARKS).
 
     Raises:
         ConfigError: ``max_groups < 1`` or an unknown method (naming ``method.max_groups`` /
@@ -366,7 +384,7 @@ def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed
             else:
                 cluster = _metis(num_groups, gs, gd, gw, weight, int(max_groups), seed)
         else:
-            cluster = _chain(num_groups, gs, gd, gw, weight, int(max_groups))
+            cluster = _chain(num_groups, gs, gd, gw, weight, int(max_groups), max(1, int(width)))
         cluster = _dense(cluster)
     node_cluster = cluster[graph.group]
     coarse = ComputeGraph(
@@ -434,6 +452,7 @@ class CoarsenedPlacer:
         method: ``chain`` or ``metis`` (see :func:`coarsen`).
         refine_evaluations: Budget of evaluations on the fine graph after the inner placer, the pricing of
             the coarse placement included (0 or 1: no refinement moves).
+        width: Lanes of the chain method's same-level merges (see :func:`coarsen`).
         contract: Let the inner placer see the contracted graph (one node per cluster and pass) when
             the clustering is acyclic; ``False``: the coarse graph with every node.
         inner_args: Overrides of the inner method's config (only with ``inner`` a name).
@@ -442,9 +461,10 @@ class CoarsenedPlacer:
     name = "coarse"
 
     def __init__(self, inner: Any = "heft", max_groups: int = 128, method: str = "chain",
-                 refine_evaluations: int = 200, contract: bool = True,
+                 refine_evaluations: int = 200, contract: bool = True, width: int = 1,
                  inner_args: Mapping[str, Any] | None = None) -> None:
         self.max_groups = _check_int(max_groups, "max_groups", 1)
+        self.width = _check_int(width, "width", 1)
         if method not in METHODS:
             raise ConfigError(f"must be one of {', '.join(METHODS)}, got {method!r}", field="method.method")
         self.method = method
@@ -470,7 +490,7 @@ class CoarsenedPlacer:
 
     def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
         g = objective.graph
-        c = coarsen(g, self.max_groups, method=self.method, seed=seed)
+        c = coarsen(g, self.max_groups, method=self.method, seed=seed, width=self.width)
         view = "full"
         t0 = time.perf_counter()
         if self.contract and c.acyclic and c.num_clusters < g.num_groups:
