@@ -13,6 +13,8 @@ tracemalloc peak of the placement alone) of coarse + HEFT + 200 refinement evalu
 Usage:
     python benchmarks/bench_coarsen.py                       # both parts -> benchmarks/results_coarsen.json
     python benchmarks/bench_coarsen.py --part scale --scale-graphs transformer350
+    python benchmarks/bench_coarsen.py --part quality --graphs resnet50_x4,squeezenet1_0_x16 \
+        --clusters 32,128,512 --json benchmarks/results_coarsen_partitioned.json
 Prints a markdown table per part.
 """
 
@@ -34,7 +36,7 @@ import yaml
 
 from simulator.place.coarsen import CoarsenedPlacer, build_inner, coarsen
 from simulator.place.devices import device_set_from_config
-from simulator.place.large import big_graph
+from simulator.place.large import big_graph, is_big_graph_name
 from simulator.place.objectives import bind_objective
 from workloads.loaders import load_compute_graph, shipped_models
 
@@ -52,7 +54,7 @@ def quality(graphs: list[str], presets: list[str], inners: list[str], clusters: 
     """Rows of fine vs coarse values (see module docstring)."""
     rows = []
     for name in graphs:
-        g = load_compute_graph(name)
+        g = big_graph(name) if is_big_graph_name(name) else load_compute_graph(name)
         for preset in presets:
             dev = _devices(preset)
             for inner in inners:
