@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simulator.cli import preflight
 from simulator.errors import ConfigError
-from simulator.place.cli import COMMAND, run_place
+from simulator.place.cli import COMMAND, prepare, run_place
 from simulator.place.coarsen import CoarsenedPlacer, coarsen, quotient_acyclic
 from simulator.place.devices import device_set_from_config
 from simulator.place.heuristics import HeftPlacer
@@ -137,6 +137,7 @@ def test_pacml_place_method_coarse_end_to_end(tmp_path: Path) -> None:
     (["method.inner=coarse"], "method.inner"),
     (["method.contract=maybe"], "method.contract"),
     (["method.width=0"], "method.width"),
+    (["+method.inner_args.insertion=3"], "method.inner_args.insertion"),
 ])
 def test_bad_parameters_give_one_line(capsys: pytest.CaptureFixture[str], args: list[str], expected: str) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -144,6 +145,12 @@ def test_bad_parameters_give_one_line(capsys: pytest.CaptureFixture[str], args: 
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("pacml-place: error: ") and expected in err, err
+
+
+def test_inner_args_reach_the_inner_placer() -> None:
+    cfg = preflight(COMMAND, ["graph=resnet18", "method=coarse", "+method.inner_args.insertion=false"])
+    assert cfg is not None
+    assert prepare(cfg).method.inner.insertion is False
 
 
 def test_coarsen_refuses_bad_arguments(resnet18: ComputeGraph) -> None:
