@@ -60,8 +60,8 @@ def test_coarsening_never_splits_a_group_and_respects_the_count(max_groups, meth
     # Same nodes, edges and times: only the groups change.
     assert c.graph.num_nodes == g.num_nodes and np.array_equal(c.graph.edges, g.edges)
     assert c.acyclic == quotient_acyclic(g, c.graph.group)
-    if method == "chain":
-        assert c.acyclic  # the chain method's guarantee (bert_l-3_training's backward group graph has cycles)
+    if method == "chain" and name != "bert_l-3_training":
+        assert c.acyclic  # guaranteed where the backward pass mirrors the forward pass
 
 
 def test_identity_when_there_are_enough_clusters(resnet18: ComputeGraph) -> None:
@@ -88,6 +88,14 @@ def test_coarse_placement_is_valid_and_refinement_never_worsens(small_partitione
     assert obj.value(p) == pytest.approx(r.info["refined_value_s"], rel=1e-12)
     assert r.info["view"] == ("contracted" if contract else "full")
     assert r.evaluations == r.info["inner_evaluations"] + r.info["refine_evaluations"]
+
+
+def test_a_cyclic_clustering_falls_back_to_the_full_coarse_graph() -> None:
+    g = load_compute_graph("bert_l-3_training")  # backward colour classes do not mirror the forward pass
+    obj = bind_objective("step", g, device_set_from_config(GPU4))
+    r = CoarsenedPlacer("heft", max_groups=32, refine_evaluations=10).place(obj)
+    assert not r.info["acyclic"] and r.info["view"] == "full" and r.info["clusters"] == 32
+    assert np.isfinite(r.info["refined_value_s"])
 
 
 def test_contracted_graph_sums_times_and_memory(small_partitioned) -> None:
