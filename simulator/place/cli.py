@@ -41,6 +41,7 @@ from simulator.build import instantiate_checked
 from simulator.cli import CONF_DIR, HydraCommand, _override_keys, preflight, report_user_errors
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config, ramp_block_devices
+from simulator.place.large import big_graph, is_big_graph_name
 from simulator.place.objectives import BoundObjective, Evaluation, PlacementError, bind_objective
 from simulator.place.placer import PlacerResult, SingleDevicePlacer
 from simulator.schema import PLACE_KEYS, PLACE_PLUGINS, validate_config
@@ -92,7 +93,7 @@ def load_graph(spec: str) -> ComputeGraph:
     if key in _GRAPHS:
         return _GRAPHS[key]
     try:
-        graph = load_compute_graph(spec)
+        graph = big_graph(spec) if is_big_graph_name(spec) and not path.exists() else load_compute_graph(spec)
     except (WorkloadError, ConfigError):
         raise
     except UnicodeDecodeError as exc:

@@ -406,6 +406,26 @@ class LocalSearchPlacer:
         return float(current), used
 
 
+def climb_groups(objective: BoundObjective, group_device: NDArray[np.int64], movable: NDArray[np.int64], *,
+                 max_evaluations: int, move_rule: str = "first",
+                 respect_memory: bool = True) -> tuple[NDArray[np.int64], float, int]:
+    """One hill climb of single-group moves from ``group_device`` (the local search's generic climb),
+    for refining a given placement (``simulator.place.coarsen``): only ``movable`` groups move, to
+    any device able to run (and, with ``respect_memory``, hold) them.
+
+    Returns:
+        ``(group_device, value, evaluations)``: the climbed assignment, its value (never worse than
+        the start's) and the evaluations used (the start's included; at most ``max_evaluations``).
+    """
+    climber = LocalSearchPlacer(restarts=1, max_evaluations=max_evaluations, respect_memory=respect_memory,
+                                move_rule=move_rule)
+    gdev = np.array(group_device, dtype=np.int64)
+    targets = np.arange(objective.devices.num_devices, dtype=np.int64)
+    value, used = climber._climb_generic(objective, gdev, np.asarray(movable, dtype=np.int64), targets,
+                                         climber.max_evaluations)
+    return gdev, value, used
+
+
 def _group_time(objective: BoundObjective) -> NDArray[np.float64]:
     """(G, D) compute time of each group on each device (inf where some node cannot run)."""
     g = objective.graph
