@@ -192,3 +192,18 @@ def test_train_placer_bad_input_is_one_line() -> None:
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "nope" in proc.stderr
+
+
+def test_big_graphs_are_coarsened_then_refined(tmp_path: Path) -> None:
+    """More groups than max_groups: clusters are placed by the policy, then refined on the fine graph."""
+    torch.manual_seed(0)
+    save_placer(tmp_path / "placer.pt", PlacerNet(NetConfig(hidden=8, layers=1)), {"update": 0})
+    graph = load_compute_graph("resnet18")
+    obj = bind_objective("step", graph, mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4))))
+    result = LearnedPlacer(checkpoint=str(tmp_path / "placer.pt"), max_groups=8, refine_evaluations=30).place(obj)
+    assert result.info["clusters"] <= 8 and result.info["inner"] == "learned"
+    assert result.placement.shape == (graph.num_nodes,)
+    for members in graph.group_members:
+        assert len(set(result.placement[members].tolist())) == 1
+    assert obj.value(result.placement) <= result.info["coarse_value_s"] + 1e-12
+    assert result.evaluations <= 31 + 1

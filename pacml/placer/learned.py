@@ -8,10 +8,10 @@ Modes:
   until ``max_evaluations`` placements have been priced; returns the best placement seen. The
   reward scale is the greedy placement's value (no baseline placer is consulted).
 
-A graph with more groups than ``max_groups`` is first coarsened (HSDAG-style;
-:func:`simulator.place.coarsen.coarsen`): groups are merged into at most ``max_groups`` clusters,
-the policy places the clusters, and ``refine_evaluations`` greedy moves of single groups on the
-fine graph refine the result.
+A graph with more groups than ``max_groups`` is first coarsened (HSDAG-style, through
+:class:`simulator.place.coarsen.CoarsenedPlacer`): groups are merged into at most ``max_groups``
+clusters, the policy places the clusters, and up to ``refine_evaluations`` single-group moves on
+the fine graph refine the result.
 """
 
 from __future__ import annotations
@@ -97,25 +97,22 @@ class LearnedPlacer:
         torch.set_num_threads(self.threads)
         net, meta, path = self.network(objective.name)
         info: dict[str, Any] = {"checkpoint": path, "mode": self.mode, "trained_updates": meta.get("update")}
-        target = objective
-        coarse = None
         if objective.graph.num_groups > self.max_groups:
-            from simulator.place.coarsen import coarsen
+            # HSDAG-style: place clusters of groups, then refine single groups on the fine graph.
+            from simulator.place.coarsen import CoarsenedPlacer
 
-            coarse = coarsen(objective.graph, self.max_groups, seed=seed)
-            target = type(objective)(coarse.graph, objective.devices)
-            info["coarsened_to_groups"] = coarse.graph.num_groups
-        task = Task.build(objective.graph.name, target, reference_s=1.0)
+            inner = copy.copy(self)
+            inner.max_groups = objective.graph.num_groups + 1
+            result = CoarsenedPlacer(inner=inner, max_groups=self.max_groups,
+                                     refine_evaluations=self.refine_evaluations).place(objective, seed=seed)
+            result.info = {**info, **result.info}
+            return result
+        task = Task.build(objective.graph.name, objective, reference_s=1.0)
         group_device, curve = self._place_task(net, task, seed)
-        evals = target.evaluations if coarse is not None else 0
-        placement = np.asarray(group_device, dtype=np.int64)[target.graph.group]
-        if coarse is not None:
-            info["coarse_value_s"] = float(target.value(placement))
-            placement = self._refine(objective, placement, seed, info)
         info["curve"] = curve
-        result = PlacerResult(placement, info=info)
+        result = PlacerResult(np.asarray(group_device, dtype=np.int64)[objective.graph.group], info=info)
         result.wall_s = time.perf_counter() - t0
-        result.evaluations = objective.evaluations - before + evals
+        result.evaluations = objective.evaluations - before
         return result
 
     # ------------------------------------------------------------------ modes
@@ -163,13 +160,3 @@ class LearnedPlacer:
             curve.append((used, best_value))
             ppo_update(net, optimizer, [(task, rollout, advantages(task.rewards(values, -3.0)))], settings)
         return best, curve
-
-    def _refine(self, objective: BoundObjective, placement: np.ndarray, seed: int, info: dict[str, Any]) -> np.ndarray:
-        """Greedy single-group moves on the fine graph after coarsening (budget ``refine_evaluations``)."""
-        if self.refine_evaluations <= 0:
-            return placement
-        from simulator.place.coarsen import refine
-
-        refined = refine(objective, placement, max_evaluations=self.refine_evaluations, seed=seed)
-        info["refined_value_s"] = float(objective.value(refined))
-        return refined
