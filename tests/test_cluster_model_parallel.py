@@ -193,3 +193,21 @@ def test_model_parallel_scenario_runs_an_episode() -> None:
     assert result.summary["num_jobs_arrived"] == 31
     accepted = [r for r in result.records if r.outcome == "completed"]
     assert accepted and all(r.num_servers == r.degree for r in accepted)  # each holds its whole block
+
+
+def test_min_feasible_reads_the_placers_jct_per_degree() -> None:
+    """A target of 0.6 x sequential: first fit (one server at every degree) never meets it, so
+    the rule rejects; with heft, degree 2 (the branches on two servers) meets it and is chosen."""
+    from simulator.cluster import ClusterState
+    from simulator.policies.heuristics import MinFeasible
+
+    topo = RampTopology()
+    job = _job(two_branch_graph())
+    job = type(job)(job_id=0, arrival_time_s=0.0, graph=job.graph, beta=0.6, num_training_steps=1)
+    chosen = {}
+    for placer in ("first_fit", "heft"):
+        feas = build_feasibility(topo, SimKnobs(**{**MP, "op_placer": placer}))
+        table = feas.table(job, 0)
+        state = ClusterState(time_s=0.0, topology=topo, occupied_mask=0, num_running_jobs=0, feasibility=table)
+        chosen[placer] = MinFeasible(min_degree=1).decide(job, state).degree
+    assert chosen == {"first_fit": 0, "heft": 2}
