@@ -16,6 +16,14 @@ Usage::
     python benchmarks/bench_cluster_placers.py --placers first_fit,heft,m_etf,m_sct,metis \\
         --betas A,B,C,D --seeds 100-109 --json benchmarks/results_cluster_placers.json
 
+The model-parallel scenario (no op split, every op movable: ``scenario=model_parallel``), where
+the op placer decides which server of the block runs each op, on every shipped PipeDream graph::
+
+    python benchmarks/bench_cluster_placers.py --scenario model_parallel --policy min_feasible \\
+        --set workload.graphs=all --json benchmarks/results_cluster_placers_mp_all.json
+
+``--set KEY=VALUE`` passes any further override to every episode.
+
 ``--placers`` takes any ``sim.op_placer`` value (``learned`` once ``conf/method/learned.yaml``
 exists); the first one is the reference of the paired differences.
 
@@ -126,6 +134,8 @@ def main() -> None:
     parser.add_argument("--cluster", default="ramp32_hetero")
     parser.add_argument("--scenario", default="physical")
     parser.add_argument("--horizon-s", type=float, default=None, help="shorter episodes (default: the scenario's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any further config override, e.g. --set workload.graphs=all (repeatable)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--jct-check", action="store_true", help="step times per placement instead of episodes")
     args = parser.parse_args()
@@ -135,6 +145,7 @@ def main() -> None:
     base = [f"scenario={args.scenario}", f"cluster={args.cluster}", f"policy={args.policy}"]
     if args.horizon_s is not None:
         base.append(f"horizon_s={args.horizon_s}")
+    base.extend(args.set)
     if args.jct_check:
         jct_check(base, placers)
         return

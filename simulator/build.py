@@ -42,6 +42,9 @@ class SimKnobs:
         op_placer: With ``placement=block``, which servers of the job's block each op uses:
             ``first_fit`` (the chaining rule) or a ``conf/method/<name>.yaml`` placer (see
             ``simulator.block_placement``).
+        split_ops: ``True``: the SiP-ML split rule (every op with compute split at least two
+            ways). ``False``: no op is split, so the op placer decides which server of the
+            job's block runs each op (model parallelism; needs ``placement=block``).
     """
 
     min_op_time_s: float = 0.01
@@ -49,6 +52,7 @@ class SimKnobs:
     placement: str = "op_first_fit"
     comm_quirks: bool = True
     op_placer: str = "first_fit"
+    split_ops: bool = True
 
 
 def instantiate_checked(node: Any, field: str) -> Any:
@@ -79,9 +83,14 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
         if unknown:
             raise ConfigError(f"unknown keys {sorted(unknown)}", field="sim")
         knobs = SimKnobs(**data)  # type: ignore[arg-type]
+    if not isinstance(knobs.split_ops, bool):
+        raise ConfigError(f"must be true or false, got {knobs.split_ops!r}", field="sim.split_ops")
+    if not knobs.split_ops and knobs.placement != "block":
+        raise ConfigError(f"split_ops=false needs sim.placement=block (sim.placement={knobs.placement} is the "
+                          "original's rule, where unsplit ops chain onto one server anywhere)", field="sim.split_ops")
     try:
         partitioner = Partitioner(knobs.min_op_time_s, knobs.edge_sizing,  # type: ignore[arg-type]
-                                  split_sizes=topology.split_sizes)
+                                  split_sizes=topology.split_sizes, split_ops=knobs.split_ops)
         if knobs.placement not in ("op_first_fit", "block"):
             raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {knobs.placement!r}")
         op_placer = build_block_op_placer(knobs.op_placer, topology, partitioner, knobs.placement)

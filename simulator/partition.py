@@ -5,6 +5,10 @@ sub-ops (``c`` its compute time, ``q`` the minimum sub-op time, the SiP-ML rule 
 sub-ops shorter than the quantum"), and its backward mirror into the same ``n``. Consecutive split
 ops are joined all-to-all; the sub-ops of a split backward op exchange weight-synchronisation
 messages pairwise.
+
+``split_ops=False`` (``sim.split_ops=false``, the model-parallel scenario) splits no op: every
+op is one sub-op at every degree, so a job at degree ``k`` holds ``k`` servers and only *where*
+its ops run (an op placer, :mod:`simulator.block_placement`) can make it faster than on one server.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ sub-op pairs; weight-sync messages carry the sub-op's parameter shard.
 
 
 def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
-                 split_sizes: tuple[int, ...] | None = None) -> NDArray[np.int64]:
+                 split_sizes: tuple[int, ...] | None = None, split_ops: bool = True) -> NDArray[np.int64]:
     """Per forward op, its number of sub-ops at partition degree ``degree`` (spec §4.1).
 
     ``n = max(1, min(2 * ceil(ceil(c / quantum) / 2), degree))``; a zero-time op is never split.
@@ -40,9 +44,12 @@ def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
     If ``split_sizes`` is given (the sizes that have a symmetric block on the cluster), ``n`` is
     rounded down to the largest of them: the original would instead fail to place such an op
     (e.g. 10 sub-ops on the paper RAMP; no paper graph has one at the paper's degrees).
+    ``split_ops=False`` returns 1 for every op (model parallelism: no op is split).
     """
     if degree < 1:
         raise ValueError(f"degree must be >= 1, got {degree}")
+    if not split_ops:
+        return np.ones(graph.num_forward_ops, dtype=np.int64)
     out = np.empty(graph.num_forward_ops, dtype=np.int64)
     for i, c in enumerate(graph.forward.forward_time_s.tolist()):
         ratio = c / min_op_time_s
@@ -241,32 +248,39 @@ class Partitioner:
         edge_sizing: Dependency sizing rule (:data:`EdgeSizing`).
         split_sizes: Split counts that can be placed (those with a symmetric block); others
             are rounded down (see :func:`split_counts`). ``None`` keeps the raw rule.
+        split_ops: ``True``: the SiP-ML split rule above. ``False``: no op is split (one sub-op
+            per op at every degree; the model-parallel scenario).
     """
 
     def __init__(self, min_op_time_s: float = 0.01, edge_sizing: EdgeSizing = "paper",
-                 split_sizes: tuple[int, ...] | None = None) -> None:
+                 split_sizes: tuple[int, ...] | None = None, split_ops: bool = True) -> None:
         if not (math.isfinite(min_op_time_s) and min_op_time_s > 0):
             raise ValueError(f"min_op_time_s must be > 0, got {min_op_time_s}")
         if edge_sizing not in ("paper", "activation"):
             raise ValueError(f"edge_sizing must be 'paper' or 'activation', got {edge_sizing!r}")
         self.min_op_time_s = float(min_op_time_s)
         self.edge_sizing: EdgeSizing = edge_sizing
+        if not isinstance(split_ops, bool | np.bool_):
+            raise ValueError(f"split_ops must be true or false, got {split_ops!r}")
         self.split_sizes = None if split_sizes is None else tuple(sorted(split_sizes))
-        self._splits: dict[tuple[str, int], NDArray[np.int64]] = {}
-        self._graphs: dict[tuple[str, int], PartitionedGraph] = {}
+        self.split_ops = bool(split_ops)
+        # Keys carry the split rule too, so an entry can never be read under the other rule
+        # (belt and braces: a partitioner's rule is fixed at construction).
+        self._splits: dict[tuple[str, int, bool], NDArray[np.int64]] = {}
+        self._graphs: dict[tuple[str, int, bool], PartitionedGraph] = {}
 
     def splits(self, graph: TrainingGraph, degree: int) -> NDArray[np.int64]:
         """Split counts per forward op (cached)."""
-        key = (graph.fingerprint, degree)
+        key = (graph.fingerprint, degree, self.split_ops)
         if key not in self._splits:
-            out = split_counts(graph, degree, self.min_op_time_s, self.split_sizes)
+            out = split_counts(graph, degree, self.min_op_time_s, self.split_sizes, self.split_ops)
             out.setflags(write=False)
             self._splits[key] = out
         return self._splits[key]
 
     def partition(self, graph: TrainingGraph, degree: int) -> PartitionedGraph:
         """The partitioned graph at ``degree`` (cached: built once per graph and degree)."""
-        key = (graph.fingerprint, degree)
+        key = (graph.fingerprint, degree, self.split_ops)
         if key not in self._graphs:
             self._graphs[key] = PartitionedGraph(graph, degree, self.splits(graph, degree), self.edge_sizing)
         return self._graphs[key]

@@ -14,6 +14,13 @@ Two modes decide which servers a job may use:
 * ``block``: the job first takes the first-fit block of ``degree`` servers and every op must fit
   inside it, so a job holds exactly ``degree`` servers (a cleaner physical model).
 
+With ``sim.split_ops=false`` (model parallelism, ``block`` mode only) no op is split, so every op
+is a single sub-op and first fit's chaining puts each op on the server of its first parent (in
+edge order) that still has memory for it, and a source op (or one whose parents' servers are
+full) on the first server of the block, in first-fit order, with room. While memory lasts every
+op therefore runs on the block's first server, and the job times as on one server. The job still
+holds its whole block (:meth:`OpPlacer._hold_block`), so a placer may spread its ops over it.
+
 An explicit block from a policy (learned placement) restricts the job to that block in either mode.
 
 In ``block`` mode an *op placer* (``sim.op_placer``, :mod:`simulator.block_placement`) may then
@@ -172,6 +179,8 @@ class OpPlacer:
         result = self._place(graph, degree, allowed) if allowed else None
         if result is not None and self.op_placer is not None and job_block is not None:
             result = self.op_placer.refine(graph, degree, result, job_block.servers)
+        if result is not None and job_block is not None and not self.partitioner.split_ops:
+            result = self._hold_block(result, job_block)
         if len(self._cache) >= self.MAX_CACHE_ENTRIES:
             self._cache.clear()  # bounded memory over long training runs
         self._cache[key] = result
@@ -224,6 +233,16 @@ class OpPlacer:
                 free_mem[s] = free_mem.get(s, capacity[s]) - need
             op_servers[op] = chosen
         return self.make_placement(tuple(op_servers))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _hold_block(placement: Placement, block: Block) -> Placement:
+        """Under ``split_ops=false`` a job holds its whole block of ``degree`` servers, whichever of
+        them its ops use (the degree is the servers it was given; which ones run ops is the op
+        placer's business). The signature stays that of the ops' servers: step times depend on
+        nothing else, so the lookahead cache is shared as before."""
+        if placement.mask == block.mask:
+            return placement
+        return Placement(placement.op_servers, tuple(sorted(block.servers)), block.mask, placement.signature)
 
     def make_placement(self, op_servers: tuple[tuple[int, ...], ...]) -> Placement:
         """The :class:`Placement` of ``op_servers`` (servers held, mask, signature)."""

@@ -86,6 +86,7 @@ SIM_KEYS: dict[str, Rule] = {
     "sim.placement": Rule(typing.Literal["op_first_fit", "block"]),
     "sim.comm_quirks": Rule(bool),
     "sim.op_placer": Rule(str, non_empty=True),
+    "sim.split_ops": Rule(bool),
     "workload.graphs": Rule(str | list[str], non_empty=True, required=True),
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),
