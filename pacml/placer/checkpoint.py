@@ -23,7 +23,7 @@ PLACER_FORMAT = "pacml-placer"
 #: Directory of the shipped placers.
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "placers"
 #: Shipped placer used for each objective when no checkpoint is named.
-DEFAULT_PLACERS = {"step": "placer_step", "latency": "placer_step", "pipeline": "placer_step"}
+DEFAULT_PLACERS = {"step": "placer_step", "latency": "placer_step", "pipeline": "placer_pipeline"}
 
 
 def save_placer(path: str | Path, net: PlacerNet, meta: dict[str, Any]) -> None:
