@@ -200,7 +200,7 @@ def main() -> None:
     out["args"] = vars(args) | {"json": str(args.json)}
     path = args.json or ROOT / "benchmarks" / f"results_learned_{args.what}.json"
     path.write_text(json.dumps(out, indent=1, default=float))
-    print(json.dumps(out.get("summary", {}), indent=1))
+    print(json.dumps(out.get("summary", {}), indent=1, default=float))
 
 
 if __name__ == "__main__":
