@@ -212,3 +212,48 @@ def test_big_graphs_are_coarsened_then_refined(tmp_path: Path) -> None:
         assert len(set(result.placement[members].tolist())) == 1
     assert obj.value(result.placement) <= result.info["coarse_value_s"] + 1e-12
     assert result.evaluations <= 31 + 1
+
+
+@pytest.mark.parametrize(("name", "objective"), [("placer_step", "step"), ("placer_pipeline", "pipeline")])
+def test_shipped_placers_load_and_place(name: str, objective: str) -> None:
+    """Every shipped placer loads, is the default of its objective, says what it was trained on,
+    and places a held-out graph at least as well as a single device (zero-shot)."""
+    from pacml.placer.checkpoint import DEFAULT_PLACERS, SHIPPED_DIR
+
+    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()) == ["placer_pipeline", "placer_step"]
+    assert DEFAULT_PLACERS[objective] == name
+    for f in ("placer.pt", "checkpoint.pt", "train_config.yaml", "metrics.csv", "curve.png", "train_summary.json"):
+        assert (SHIPPED_DIR / name / f).is_file()
+    _, meta = load_placer(SHIPPED_DIR / name / "placer.pt")
+    assert objective in meta["objectives"]
+    graph = load_compute_graph("squeezenet1_0")
+    dev = mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4)))
+    obj = bind_objective(objective, graph, dev)
+    value = obj.value(LearnedPlacer().place(obj).placement)
+    single = obj.value(np.zeros(graph.num_nodes, dtype=np.int64))
+    assert value <= single * (1 + 1e-9)
+
+
+def test_resume_refuses_placers_shipped_runs_and_config_changes(tmp_path: Path) -> None:
+    """Resuming never writes into the package, never mistakes a placer.pt for a checkpoint, and
+    refuses settings a resumed run cannot change."""
+    from omegaconf import OmegaConf
+
+    from pacml.placer.checkpoint import SHIPPED_DIR
+    from pacml.placer.cli import train_from_config
+
+    cfg = OmegaConf.load(ROOT / "conf" / "train_placer.yaml")
+    del cfg["hydra"]
+    cfg.resume = str(SHIPPED_DIR / "placer_step")
+    with pytest.raises(ConfigError, match="shipped placer"):
+        train_from_config(cfg, tmp_path)
+    cfg.resume = str(SHIPPED_DIR / "placer_step" / "placer.pt")
+    with pytest.raises(ConfigError, match="not a training checkpoint"):
+        train_from_config(cfg, tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in ("checkpoint.pt", "train_config.yaml"):
+        (run / f).write_bytes((SHIPPED_DIR / "placer_step" / f).read_bytes())
+    cfg.resume = str(run)
+    with pytest.raises(ConfigError, match="only budget.time_s"):
+        train_from_config(cfg, tmp_path, overrides=[f"resume={run}", "ppo.batch=8"])

@@ -364,7 +364,8 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
 def test_every_shipped_checkpoint_is_tested() -> None:
     from pacml.policy import SHIPPED_DIR
 
-    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()) == sorted(
+    # placers/: the learned op placers, tested in tests/test_learned_placer.py.
+    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and p.name != "placers") == sorted(
         [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS)
 
 

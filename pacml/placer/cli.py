@@ -2,7 +2,7 @@
 
 Examples::
 
-    pacml-train-placer                                       # the shipped recipe (50 min budget)
+    pacml-train-placer                                       # placer_step's recipe (40 min, one core)
     pacml-train-placer budget.time_s=300 corpus.synthetic=8  # a short run
     pacml-train-placer resume=outputs/train_placer/<run>     # continue exactly where it stopped
     pacml-train-placer resume=outputs/train_placer/<run> budget.time_s=6000   # extend it
@@ -26,6 +26,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from pacml.placer.checkpoint import SHIPPED_DIR
 from pacml.placer.model import NetConfig
 from pacml.placer.ppo import PPOSettings
 from pacml.placer.trainer import CHECKPOINT, PREVIOUS_CHECKPOINT, PlacerTrainer
@@ -121,8 +122,14 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
     if resume:
         run = Path(resume)
         ckpt = run / CHECKPOINT if run.is_dir() else run
+        if run.is_file() and run.name not in (CHECKPOINT, PREVIOUS_CHECKPOINT):
+            raise ConfigError(f"{run} is not a training checkpoint (a placer.pt is a trained placer, for "
+                              f"method.checkpoint); pass the run directory", field="resume")
         if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
             raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
+        if SHIPPED_DIR.resolve() in ckpt.resolve().parents:
+            raise ConfigError(f"{ckpt.parent} is a shipped placer: resuming writes into the run directory, so "
+                              f"copy it out of the package first (cp -r {ckpt.parent} outputs/...)", field="resume")
         saved_path = ckpt.parent / "train_config.yaml"
         try:
             saved = OmegaConf.load(saved_path)
@@ -131,8 +138,13 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
         except (OSError, ValueError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read {saved_path}: {' '.join(str(exc).split())}", field="resume") from exc
         for item in overrides or []:
-            key = item.split("=", 1)[0].lstrip("+")
-            if key in RESUME_OVERRIDABLE and OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):
+            key = item.split("=", 1)[0].lstrip("+~")
+            if key == "resume" or key.startswith("hydra."):
+                continue
+            if key not in RESUME_OVERRIDABLE:
+                raise ConfigError(f"a resumed run keeps its own config; only {', '.join(RESUME_OVERRIDABLE)} "
+                                  f"may change (start a new run to change {key})", field=key)
+            if OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):
                 OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
                 changed.append(f"{key}={OmegaConf.select(cfg, key)}")
         out_dir = ckpt.parent

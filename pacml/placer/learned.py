@@ -17,6 +17,7 @@ the fine graph refine the result.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pacml.placer.checkpoint import load_placer, resolve_placer
+from pacml.placer.checkpoint import DEFAULT_PLACERS, load_placer, resolve_placer
 from pacml.placer.decode import decode
 from pacml.placer.model import PlacerNet
 from pacml.placer.ppo import PPOSettings, Task, advantages, evaluate_rollout, ppo_update
@@ -34,6 +35,8 @@ from simulator.place.placer import PlacerResult
 
 MODES = ("greedy", "sample", "finetune")
 _NETS: dict[str, tuple[PlacerNet, dict[str, Any]]] = {}
+_WARNED: set[str] = set()
+log = logging.getLogger(__name__)
 
 
 def _positive_int(value: Any, key: str, low: int = 1) -> int:
@@ -50,7 +53,8 @@ class LearnedPlacer:
             ``None``: the shipped placer for the objective.
         mode: ``greedy`` | ``sample`` | ``finetune``.
         samples: Placements sampled in ``sample`` mode.
-        max_evaluations: Evaluation budget of ``finetune`` (the greedy placement included).
+        max_evaluations: Evaluation budget of ``finetune`` (the greedy placement included; a
+            coarsened graph's refinement has its own budget, ``refine_evaluations``).
         batch: Placements per fine-tuning update.
         learning_rate: Fine-tuning step size.
         epochs: Gradient steps per fine-tuning update.
@@ -96,7 +100,13 @@ class LearnedPlacer:
         before = objective.evaluations
         torch.set_num_threads(self.threads)
         net, meta, path = self.network(objective.name)
-        info: dict[str, Any] = {"checkpoint": path, "mode": self.mode, "trained_updates": meta.get("update")}
+        info: dict[str, Any] = {"checkpoint": path, "mode": self.mode, "checkpoint_update": meta.get("update")}
+        trained = meta.get("objectives")
+        if trained and objective.name not in trained and path not in _WARNED:
+            _WARNED.add(path)
+            log.warning("%s was trained on the %s objective, not %s: expect a weak placement (the shipped "
+                        "default for %s is %s)", path, "/".join(trained), objective.name, objective.name,
+                        DEFAULT_PLACERS.get(objective.name))
         if objective.graph.num_groups > self.max_groups:
             # HSDAG-style: place clusters of groups, then refine single groups on the fine graph.
             from simulator.place.coarsen import CoarsenedPlacer
@@ -149,14 +159,13 @@ class LearnedPlacer:
         used = 1
         while used < self.max_evaluations:
             n = min(self.batch, self.max_evaluations - used)
-            if n < 2:
-                break
-            rollout = decode(problem, net.scorer_weights(problem), batch=n, rng=rng)
+            rollout = decode(problem, net.scorer_weights(problem), batch=n, rng=rng, keep=n > 1)
             values = evaluate_rollout(task, rollout)
             used += n
             i = int(np.argmin(values))
             if values[i] < best_value:
                 best_value, best = float(values[i]), rollout.group_device[i]
             curve.append((used, best_value))
-            ppo_update(net, optimizer, [(task, rollout, advantages(task.rewards(values, -3.0)))], settings)
+            if n > 1:  # a last single sample is priced but teaches nothing (no baseline)
+                ppo_update(net, optimizer, [(task, rollout, advantages(task.rewards(values, -3.0)))], settings)
         return best, curve

@@ -179,17 +179,24 @@ class PlacerTrainer:
 
         bar = tqdm(total=self.max_updates, initial=self.update, disable=not progress, unit="update",
                    desc="pacml-train-placer", dynamic_ncols=True)
-        last_update_s = 0.0
+        recent: list[float] = []
         try:
             while self.remaining_work() is None:
-                # Leave room for the last checkpoint and validation inside the budget.
-                if self.time_budget_s is not None and \
-                        self.elapsed() + 2.5 * last_update_s + 5.0 > self.time_budget_s and self.update > 0:
+                # Leave room for one more update, the last checkpoint and validation inside the
+                # budget; the typical update (median of the recent ones) is the measure, since
+                # the first visits to tasks are slow (their baselines are computed then).
+                typical_s = float(np.median(recent[-20:])) if recent else 0.0
+                if self.time_budget_s is not None and self.update > 0 and \
+                        self.elapsed() + 2.0 * typical_s + 3.0 > self.time_budget_s:
+                    log.info("stopping at update %d: %.0f s of time_budget_s=%g used, too little left for "
+                             "another update (%.1f s) and the final validation", self.update, self.elapsed(),
+                             self.time_budget_s, typical_s)
                     break
                 t0 = time.perf_counter()
                 row: dict[str, float] = {"update": self.update + 1}
                 row.update(self.step())
                 last_update_s = time.perf_counter() - t0
+                recent.append(last_update_s)
                 if self.update % self.validate_every == 0:
                     row.update(self._validate())
                 row.update({"evaluations": self.evaluations, "wall_s": self.elapsed(), "update_s": last_update_s})
@@ -200,10 +207,13 @@ class PlacerTrainer:
                     self.save_checkpoint()
         finally:
             bar.close()
-        if not self.history or "val_ratio" not in self.history[-1]:
-            row = {"update": self.update, **self._validate(), "evaluations": self.evaluations,
-                   "wall_s": self.elapsed()}
-            self._log(row)
+        if self.history and "val_ratio" not in self.history[-1] and self.history[-1]["update"] == self.update:
+            # The last update gets its validation in its own row (no second row for one update).
+            self.history[-1].update(self._validate())
+            self._log(self.history.pop())
+        elif not self.history:
+            self._log({"update": self.update, **self._validate(), "evaluations": self.evaluations,
+                       "wall_s": self.elapsed()})
         self.save_checkpoint()
         summary = self.summary()
         atomic_write_json(self.out / "train_summary.json", summary)
