@@ -362,10 +362,15 @@ def write_gantt(out: Path, graph: ComputeGraph, devices: DeviceSet, objective: B
 
 def _log_line(s: dict[str, Any], out: Path) -> str:
     value = f"{s['value_ms']:.6g} ms" if s["value_ms"] is not None else f"infeasible ({s['reason']})"
-    speedup = f"{s['speedup_vs_single']:.3f}x" if s["speedup_vs_single"] is not None else "n/a"
+    if s["speedup_vs_single"] is not None:
+        speedup = f"speed-up {s['speedup_vs_single']:.3f}x over single device {s['single_device']}"
+    elif s["single_device_value_s"] is None:
+        speedup = "speed-up n/a (no single device fits the graph)"
+    else:
+        speedup = f"speed-up n/a (placement infeasible; single device {s['single_device']})"
+    evals = s["evaluations"]
     return (f"{s['graph']} | {s['objective']} | {s['method']} on {s['devices'].split(':')[0]}: {value}, "
-            f"speed-up {speedup} over single device {s['single_device']}, {s['evaluations']} evaluations in "
-            f"{s['method_wall_s']:.3g} s -> {out}")
+            f"{speedup}, {evals} evaluation{'' if evals == 1 else 's'} in {s['method_wall_s']:.3g} s -> {out}")
 
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="place")
