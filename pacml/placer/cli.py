@@ -66,6 +66,8 @@ class TrainPlacerCommand(HydraCommand):
         """Check a composed config (raises our own errors); returns it."""
         cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
         device_sets(list(cfg.presets))
+        if cfg.get("resume"):  # before Hydra makes a run directory for a bad resume
+            resume_checkpoint(str(cfg.resume))
         return cfg
 
 
@@ -114,22 +116,33 @@ def build_trainer(cfg: DictConfig, out_dir: Path, started_at: float | None = Non
         checkpoint_every=int(cfg.checkpoint_every), started_at=started_at)
 
 
+def resume_checkpoint(resume: str) -> Path:
+    """The ``checkpoint.pt`` a ``resume=`` value names (a run directory or a checkpoint file).
+
+    Raises:
+        ConfigError: (field ``resume``) not a checkpoint (e.g. a ``placer.pt``), none there, or a
+            shipped placer's directory (resuming writes into it).
+    """
+    run = Path(resume)
+    ckpt = run / CHECKPOINT if run.is_dir() else run
+    if run.is_file() and run.name not in (CHECKPOINT, PREVIOUS_CHECKPOINT):
+        raise ConfigError(f"{run} is not a training checkpoint (a placer.pt is a trained placer, for "
+                          f"method.checkpoint); pass the run directory", field="resume")
+    if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
+        raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
+    if SHIPPED_DIR.resolve() in ckpt.resolve().parents:
+        raise ConfigError(f"{ckpt.parent} is a shipped placer: resuming writes into the run directory, so "
+                          f"copy it out of the package first (cp -r {ckpt.parent} outputs/...)", field="resume")
+    return ckpt
+
+
 def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None,
                       started_at: float | None = None) -> dict:
     """Train (or resume) from a composed config; returns the run's summary."""
     resume = cfg.get("resume")
     changed = []
     if resume:
-        run = Path(resume)
-        ckpt = run / CHECKPOINT if run.is_dir() else run
-        if run.is_file() and run.name not in (CHECKPOINT, PREVIOUS_CHECKPOINT):
-            raise ConfigError(f"{run} is not a training checkpoint (a placer.pt is a trained placer, for "
-                              f"method.checkpoint); pass the run directory", field="resume")
-        if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
-            raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
-        if SHIPPED_DIR.resolve() in ckpt.resolve().parents:
-            raise ConfigError(f"{ckpt.parent} is a shipped placer: resuming writes into the run directory, so "
-                              f"copy it out of the package first (cp -r {ckpt.parent} outputs/...)", field="resume")
+        ckpt = resume_checkpoint(resume)
         saved_path = ckpt.parent / "train_config.yaml"
         try:
             saved = OmegaConf.load(saved_path)
