@@ -120,16 +120,24 @@ def test_equal_devices_are_interchangeable(resnet_task: Task) -> None:
 
 def test_ppo_learns_to_balance_independent_ops() -> None:
     """Eight equal independent ops on two devices, from random weights and no list-scheduling
-    prior: PPO finds the even split (step 4 s; everything on one device is 8 s) on at least two
-    seeds of three, and every seed ends better than one device (margins, not float luck)."""
+    prior: the policy's sampled placements start near random (mean step about 5.1 s; the even
+    split is 4 s, one device 8 s) and PPO brings them to the even split. Greedy placements of an
+    untrained net are sometimes already even by chance, so the sampled mean is what is checked
+    (wide margins on every seed; measured 4.95-5.31 before and 4.00-4.03 after on seeds 0-8)."""
     g = independent_ops(8)
     dev = mesh(Device("g0", "gpu", 1.0, 1e3), Device("g1", "gpu", 1.0, 1e3))
-    finals = []
+
+    def sampled_mean(net: PlacerNet, task: Task, seed: int) -> float:
+        r = decode(task.problem, net.scorer_weights(task.problem), batch=64,
+                   rng=np.random.default_rng(1000 + seed), keep=False)
+        return float(evaluate_rollout(task, r).mean())
+
+    results = []
     for seed in range(3):
         torch.manual_seed(seed)
         task = Task.build("indep", bind_objective("step", g, dev), reference_s=4.0)
         net = PlacerNet(NetConfig(hidden=16, layers=1, prior=0.0))  # no list-scheduling head start
-        before = greedy_value(net, task)[0]
+        before = sampled_mean(net, task, seed)
         settings = PPOSettings(batch=16, epochs=4, learning_rate=5e-3, ent_coef=0.0)
         opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
         rng = np.random.default_rng(seed)
@@ -137,9 +145,9 @@ def test_ppo_learns_to_balance_independent_ops() -> None:
             r = decode(task.problem, net.scorer_weights(task.problem), batch=16, rng=rng)
             v = evaluate_rollout(task, r)
             ppo_update(net, opt, [(task, r, advantages(task.rewards(v, -3.0)))], settings)
-        finals.append((before, greedy_value(net, task)[0]))
-    assert sum(after == pytest.approx(4.0) for _, after in finals) >= 2, finals
-    assert all(after <= 5.0 for _, after in finals), finals
+        results.append((before, sampled_mean(net, task, seed), greedy_value(net, task)[0]))
+    assert all(before >= 4.6 and after <= 4.25 for before, after, _ in results), results
+    assert sum(greedy == pytest.approx(4.0) for _, _, greedy in results) >= 2, results
 
 
 def test_checkpoint_round_trip_and_bad_files(tmp_path: Path, resnet_task: Task) -> None:
