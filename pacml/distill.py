@@ -21,8 +21,6 @@ The result is an ordinary policy checkpoint (``policy=pacml policy.checkpoint=..
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
@@ -42,10 +40,11 @@ from pacml.env import TRAIN_SEED_LOW, ClusterEnv
 from pacml.features import server_features, take_features
 from pacml.model import graph_data
 from pacml.policy import PacMLPolicy, load_policy, save_policy
+from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 from simulator.policies.lookahead import RolloutLookahead
-from workloads.io import atomic_write, atomic_write_json, atomic_write_text
+from workloads.io import atomic_write, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -279,11 +278,7 @@ def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndar
         val = _evaluate(sim_config, policy, cfg.eval_seeds, env)
         rows.append({"epoch": epoch, "loss": loss, "accuracy": acc, "accuracy_changed": acc_changed,
                      "val_blocking_rate": val})
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        atomic_write_text(out_dir / "distill_metrics.csv", out.getvalue())
+        write_metrics_csv(out_dir / "distill_metrics.csv", rows)
         return val
 
     def accuracy() -> tuple[float, float]:
@@ -359,11 +354,7 @@ def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.n
                      "changed_per_episode": float(np.mean(changed))})
         log.info("margin %s: validation %.4f, %.1f decisions changed per episode", margin, rows[-1]["val_blocking_rate"],
                  rows[-1]["changed_per_episode"])
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(out_dir / "critic_metrics.csv", out.getvalue())
+    write_metrics_csv(out_dir / "critic_metrics.csv", rows)
     best = min(rows, key=lambda r: (r["val_blocking_rate"], -r["margin_jobs"]))  # ties: the larger margin
     n = len(demos["action"])
     changed_demo = int(np.sum(demos["action"] != demos["agent_action"]))

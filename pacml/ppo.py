@@ -22,13 +22,9 @@ still fits before the final checkpoint, which always gets written.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,15 +43,14 @@ from pacml.env import ClusterEnv
 from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
+from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, write_checkpoint, write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 from simulator.policies.heuristics import MinFeasible
-from workloads.io import atomic_write, atomic_write_text
+from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "checkpoint.pt"
-PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 """The checkpoint before the latest (kept so a damaged ``checkpoint.pt`` is not the end of a run)."""
 
 #: Seconds always kept free for the final checkpoint and the summary (twice the last save if longer).
@@ -583,18 +578,7 @@ class Trainer:
         """
         t0 = time.perf_counter()
         self.elapsed_s = self.elapsed()
-        buf = io.BytesIO()
-        torch.save(self.state_dict(), buf)
-        path = self.out / CHECKPOINT
-        if self._checkpoint_good and path.is_file():
-            tmp = self.out / f".{PREVIOUS_CHECKPOINT}.tmp"
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(path, tmp)
-            except OSError:  # no hard links on this file system
-                shutil.copyfile(path, tmp)
-            os.replace(tmp, self.out / PREVIOUS_CHECKPOINT)
-        atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+        path = write_checkpoint(self.out, self.state_dict(), keep_previous=self._checkpoint_good)
         self._checkpoint_good = True
         self._saved_update = self.update
         save_policy(self.out / "policy_last.pt", self.model, self.envs[0].encoder, self._meta())
@@ -686,12 +670,7 @@ class Trainer:
         for key, value in row.items():
             if key not in ("update", "global_step", "wall_s") and value == value:
                 self.writer.add_scalar(key, value, int(row["global_step"]))
-        keys = sorted({k for r in self.history for k in r})
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(self.history)
-        atomic_write_text(self.out / "metrics.csv", out.getvalue())
+        write_metrics_csv(self.out / "metrics.csv", self.history, sort_columns=True)
 
     # ------------------------------------------------------------------ the loop
     def remaining_work(self) -> str | None:

@@ -24,11 +24,11 @@ import typing
 from pathlib import Path
 
 import hydra
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from pacml.ppo import CHECKPOINT, PREVIOUS_CHECKPOINT, PPOConfig, Trainer
+from pacml.runfiles import load_run_config
 from simulator.build import instantiate_checked
 from simulator.cli import HydraCommand, preflight, report_user_errors
 from simulator.errors import ConfigError
@@ -131,14 +131,7 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
         ckpt = run / CHECKPOINT if run.is_dir() else run
         if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
             raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
-        saved_path = ckpt.parent / "train_config.yaml"
-        try:
-            saved = OmegaConf.load(saved_path)
-            if not isinstance(saved, DictConfig) or not isinstance(saved.get("ppo"), DictConfig):
-                raise ValueError("not a pacml-train config (no ppo section)")
-        except (OSError, ValueError, yaml.YAMLError) as exc:  # OmegaConf errors are ValueErrors
-            problem = " ".join(str(exc).split())  # yaml messages span lines; ours is one
-            raise ConfigError(f"cannot read {saved_path}: {problem}", field="resume") from exc
+        saved = load_run_config(ckpt.parent, PROG)
         for item in overrides or []:
             key = item.split("=", 1)[0].lstrip("+")
             if key in RESUME_OVERRIDABLE and OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):

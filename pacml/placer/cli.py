@@ -22,7 +22,6 @@ from pathlib import Path
 
 import hydra
 import torch
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -30,6 +29,7 @@ from pacml.placer.checkpoint import SHIPPED_DIR
 from pacml.placer.model import NetConfig
 from pacml.placer.ppo import PPOSettings
 from pacml.placer.trainer import CHECKPOINT, PREVIOUS_CHECKPOINT, PlacerTrainer
+from pacml.runfiles import load_run_config
 from pacml.train import process_age_s  # also registers the resume resolvers of the config
 from simulator.cli import HydraCommand, _override_keys, preflight, report_user_errors
 from simulator.errors import ConfigError
@@ -143,13 +143,7 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
     changed = []
     if resume:
         ckpt = resume_checkpoint(resume)
-        saved_path = ckpt.parent / "train_config.yaml"
-        try:
-            saved = OmegaConf.load(saved_path)
-            if not isinstance(saved, DictConfig) or not isinstance(saved.get("ppo"), DictConfig):
-                raise ValueError("not a pacml-train-placer config (no ppo section)")
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read {saved_path}: {' '.join(str(exc).split())}", field="resume") from exc
+        saved = load_run_config(ckpt.parent, PROG)
         for item in overrides or []:
             key = item.split("=", 1)[0].lstrip("+~")
             if key == "resume" or key.startswith("hydra."):

@@ -16,12 +16,9 @@ and ``train_config.yaml``.
 
 from __future__ import annotations
 
-import csv
 import io
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -41,16 +38,15 @@ from pacml.placer.ppo import (
     greedy_value,
     ppo_update,
 )
+from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, write_checkpoint, write_metrics_csv
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet
 from simulator.place.objectives import bind_objective
 from workloads.compute_graph import ComputeGraph
-from workloads.io import atomic_write, atomic_write_json, atomic_write_text
+from workloads.io import atomic_write, atomic_write_json
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "checkpoint.pt"
-PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 
 
 class PlacerTrainer:
@@ -246,12 +242,7 @@ class PlacerTrainer:
         for key, value in row.items():
             if key != "update" and isinstance(value, float | int) and value == value:
                 self.writer.add_scalar(f"placer/{key}", value, int(row["update"]))
-        keys = list(dict.fromkeys(k for r in self.history for k in r))
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(self.history)
-        atomic_write_text(self.out / "metrics.csv", out.getvalue())
+        write_metrics_csv(self.out / "metrics.csv", self.history)
 
     def _plot_curve(self) -> None:
         """``curve.png``: sampled and validation (greedy) value relative to the reference, per update."""
@@ -288,18 +279,7 @@ class PlacerTrainer:
     def save_checkpoint(self) -> Path:
         """Write ``checkpoint.pt`` atomically, keeping the one before as ``checkpoint.prev.pt``,
         and the current policy as ``placer_last.pt``."""
-        buf = io.BytesIO()
-        torch.save(self.state_dict(), buf)
-        path = self.out / CHECKPOINT
-        if self._checkpoint_good and path.is_file():
-            tmp = self.out / f".{PREVIOUS_CHECKPOINT}.tmp"
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(path, tmp)
-            except OSError:
-                shutil.copyfile(path, tmp)
-            os.replace(tmp, self.out / PREVIOUS_CHECKPOINT)
-        atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+        path = write_checkpoint(self.out, self.state_dict(), keep_previous=self._checkpoint_good)
         self._checkpoint_good = True
         save_placer(self.out / "placer_last.pt", self.net, self._meta())
         return path

@@ -1,0 +1,74 @@
+"""Files every training run writes: the resumable checkpoint (keeping the one before) and metrics.csv.
+
+Shared by ``pacml-train`` (:mod:`pacml.ppo`) and ``pacml-train-placer`` (:mod:`pacml.placer.trainer`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from simulator.errors import ConfigError
+from workloads.io import atomic_write, atomic_write_text
+
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+
+
+def write_checkpoint(out: Path, state: Mapping[str, Any], *, keep_previous: bool) -> Path:
+    """Write ``out/checkpoint.pt`` atomically.
+
+    With ``keep_previous`` (the existing file was written or read successfully by this run), the
+    existing ``checkpoint.pt`` is first kept as ``checkpoint.prev.pt`` (hard-linked, then renamed,
+    so some ``checkpoint.pt`` exists at every instant).
+    """
+    buf = io.BytesIO()
+    torch.save(dict(state), buf)
+    path = out / CHECKPOINT
+    if keep_previous and path.is_file():
+        tmp = out / f".{PREVIOUS_CHECKPOINT}.tmp"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:  # no hard links on this file system
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, out / PREVIOUS_CHECKPOINT)
+    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    return path
+
+
+def write_metrics_csv(path: Path, rows: Iterable[Mapping[str, Any]], *, sort_columns: bool = False) -> None:
+    """Write ``rows`` (one dict per logged step; keys may differ) as a CSV, atomically."""
+    rows = list(rows)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=sorted(keys) if sort_columns else keys)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, out.getvalue())
+
+
+def load_run_config(run_dir: Path, prog: str) -> DictConfig:
+    """The ``train_config.yaml`` a run wrote (its composed config), for resuming it.
+
+    Raises:
+        ConfigError: (field ``resume``) missing, unreadable, or not a training config (no ``ppo``).
+    """
+    path = run_dir / "train_config.yaml"
+    try:
+        saved = OmegaConf.load(path)
+        if not isinstance(saved, DictConfig) or not isinstance(saved.get("ppo"), DictConfig):
+            raise ValueError(f"not a {prog} config (no ppo section)")
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # OmegaConf errors are ValueErrors
+        problem = " ".join(str(exc).split())  # yaml messages span lines; ours is one
+        raise ConfigError(f"cannot read {path}: {problem}", field="resume") from exc
+    return saved
