@@ -265,6 +265,21 @@ def parse_json_document(text: str, *, path: str | Path = "<string>") -> Any:
                             line=loc.line_of(m.start()) if m else None) from None
 
 
+def _failer(path: str | Path):
+    """``fail(message, field=, line=)``: a :class:`WorkloadError` about ``path``."""
+    def fail(message: str, *, field: str | None = None, line: int | None = None) -> WorkloadError:
+        return WorkloadError(message, path=path, line=line, field=field)
+    return fail
+
+
+def _object_document(text: str, path: str | Path, document: Any) -> dict:
+    """``document`` (or ``text`` parsed), which must be a JSON object."""
+    doc = parse_json_document(text, path=path) if document is None else document
+    if not isinstance(doc, dict):
+        raise WorkloadError("top level must be a JSON object", path=path, line=1)
+    return doc
+
+
 def json_document_version(doc: Any) -> int | None:
     """The ``version`` of a pacml JSON document if it is one this module reads, else ``None``."""
     if isinstance(doc, dict):
@@ -284,13 +299,8 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
         WorkloadError: naming the file, line, op and field of the first problem found.
     """
     loc = _Locator(text)
-
-    def fail(message: str, *, field: str | None = None, line: int | None = None) -> WorkloadError:
-        return WorkloadError(message, path=path, line=line, field=field)
-
-    doc = parse_json_document(text, path=path) if document is None else document
-    if not isinstance(doc, dict):
-        raise fail("top level must be a JSON object", line=1)
+    fail = _failer(path)
+    doc = _object_document(text, path, document)
     if json_document_version(doc) == COMPUTE_FORMAT_VERSION:
         raise fail("version 2 is a computation graph: read it with workloads.loaders.load_graph or "
                    "load_compute_graph", field="version", line=loc.key_line("version"))
@@ -481,13 +491,8 @@ def parse_compute_graph(text: str, *, path: str | Path = "<string>", document: A
     """
     loc = _Locator(text)
     path = str(path)
-
-    def fail(message: str, *, field: str | None = None, line: int | None = None) -> WorkloadError:
-        return WorkloadError(message, path=path, line=line, field=field)
-
-    doc = parse_json_document(text, path=path) if document is None else document
-    if not isinstance(doc, dict):
-        raise fail("top level must be a JSON object", line=1)
+    fail = _failer(path)
+    doc = _object_document(text, path, document)
     for key in doc:
         if key not in COMPUTE_TOP_LEVEL_KEYS:
             raise fail(f"unknown key{_suggest(key, COMPUTE_TOP_LEVEL_KEYS)}", field=key, line=loc.key_line(key))
