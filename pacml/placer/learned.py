@@ -28,7 +28,14 @@ import torch
 from pacml.placer.checkpoint import DEFAULT_PLACERS, load_placer, resolve_placer
 from pacml.placer.decode import decode
 from pacml.placer.model import PlacerNet
-from pacml.placer.ppo import PPOSettings, Task, advantages, evaluate_rollout, ppo_update
+from pacml.placer.ppo import (
+    PPOSettings,
+    Task,
+    advantages,
+    evaluate_rollout,
+    greedy_value,
+    ppo_update,
+)
 from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
 from simulator.place.placer import PlacerResult
@@ -129,9 +136,7 @@ class LearnedPlacer:
     def _place_task(self, net: PlacerNet, task: Task, seed: int) -> tuple[np.ndarray, list[tuple[int, float]]]:
         """The best group placement of ``task`` under this mode, with its best-so-far curve."""
         problem = task.problem
-        greedy = decode(problem, net.scorer_weights(problem), batch=1, greedy=True, keep=False).group_device[0]
-        best_value = task.objective.value_groups(greedy)
-        best = greedy
+        best_value, best = greedy_value(net, task)
         curve = [(1, best_value)]
         if self.mode == "greedy":
             return best, curve
