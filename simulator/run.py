@@ -63,7 +63,8 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config minus keys that do not change results (for the resume check)."""
     data = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
-    for key in ("progress", "skip_finished", "out_dir", "max_arrivals"):
+    for key in ("progress", "skip_finished", "out_dir", "max_arrivals", "max_estimated_hours",
+                "max_estimated_memory_gb"):
         data.pop(key, None)
     return data
 

@@ -81,6 +81,8 @@ SIM_KEYS: dict[str, Rule] = {
     "out_dir": Rule(str | None, non_empty=True),
     "skip_finished": Rule(bool),
     "max_arrivals": Rule(int, low=1),
+    "max_estimated_hours": _pos(float | None),
+    "max_estimated_memory_gb": _pos(float | None),
     "sim.min_op_time_s": _pos(),
     "sim.edge_sizing": Rule(typing.Literal["paper", "activation"]),
     "sim.placement": Rule(typing.Literal["op_first_fit", "block"]),
@@ -360,10 +362,13 @@ def estimate_arrivals(cfg: DictConfig) -> float | None:
 
 
 def check_episode_size(cfg: DictConfig) -> None:
-    """Refuse an episode with more than ``max_arrivals`` arrivals, before any work."""
+    """Refuse, before any work, an episode with more than ``max_arrivals`` arrivals, or one whose
+    estimated wall time or memory (:mod:`simulator.estimate`) exceeds ``max_estimated_hours`` or
+    ``max_estimated_memory_gb``."""
     n = estimate_arrivals(cfg)
     cap = cfg.get("max_arrivals", DEFAULT_MAX_ARRIVALS)
     if n is None or n <= cap:
+        _check_estimate(cfg, n)
         return
     if math.isinf(n):
         raise ConfigError("is null, but these arrivals never end: set horizon_s (seconds)", field="horizon_s")
@@ -371,6 +376,27 @@ def check_episode_size(cfg: DictConfig) -> None:
         f"this episode would have about {n:,.0f} arrivals (horizon_s={cfg.get('horizon_s'):g} s at one "
         f"every {(cfg.get('horizon_s') / max(n - 1, 1)):.3g} s), more than max_arrivals={cap:,}; check "
         "horizon_s and mean_interarrival_s, or raise max_arrivals to run it anyway", field="max_arrivals")
+
+
+def _check_estimate(cfg: DictConfig, arrivals: float | None) -> None:
+    """The wall-time and memory limits (skipped for a config the cost model cannot size)."""
+    from simulator.estimate import estimate_run, refusal
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException:
+        return  # an unresolvable interpolation is reported where the key is used
+    assert isinstance(plain, dict)
+    est = estimate_run(plain, arrivals)
+    if est is None:
+        return
+    if est.wall_s is not None:
+        log.debug("estimated episode: %.0f arrivals, %.3g s, %.2g GB", est.arrivals, est.wall_s, est.memory_bytes / 1e9)
+    found = refusal(est, plain.get("max_estimated_hours", 2.0) if "max_estimated_hours" in plain else None,
+                    plain.get("max_estimated_memory_gb"))
+    if found is not None:
+        key, message = found
+        raise ConfigError(message, field=key)
 
 
 def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
