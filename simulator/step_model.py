@@ -184,7 +184,7 @@ class StepModel:
             self.num_cache_hits += 1
             return hit
         t0 = time.perf_counter()
-        result = self._simulate_aggregate(self.partitioner.aggregate(graph, degree), placement)
+        result = self.simulate(self.partitioner.aggregate(graph, degree), placement)
         self.lookahead_wall_s += time.perf_counter() - t0
         self.num_lookaheads += 1
         self._cache[key] = result
@@ -195,7 +195,7 @@ class StepModel:
 
         Materialises every dependency (O(sum of n_u x n_v)); for tests and small degrees.
         """
-        return self._simulate(self.partitioner.partition(graph, degree), placement)
+        return self.simulate_dependencies(self.partitioner.partition(graph, degree), placement)
 
     def _prices(self, ap: AggregatePartition) -> tuple[np.ndarray, np.ndarray]:
         """Placement-independent times of a partition: each edge's point-to-point time (0 for no
@@ -229,8 +229,12 @@ class StepModel:
             sizes[a - 1] = len(uniq)
         return levels, sizes
 
-    def _simulate_aggregate(self, ap: AggregatePartition, placement: Placement) -> StepResult:
-        """One step on the op-level partition (same step time as :meth:`_simulate`)."""
+    def simulate(self, ap: AggregatePartition, placement: Placement) -> StepResult:
+        """One step of ``ap`` on ``placement``, uncached (what :meth:`step` runs on a cache miss).
+
+        Cost O(sub-ops + sum over edges of n_u + n_v), whatever the degree; the step time equals
+        :meth:`simulate_dependencies`' bit for bit.
+        """
         sub_server = placement.sub_op_servers(ap.splits)
         used, local = np.unique(sub_server, return_inverse=True)
         local = local.astype(np.int64)
@@ -242,12 +246,13 @@ class StepModel:
         group_coll = np.zeros(num_groups, dtype=bool)
         touch = np.zeros((num_groups, 4), dtype=np.int64)
         edge_same = np.zeros(ap.num_edges, dtype=np.int64)
-        sync_mask = np.zeros(ap.num_sub_ops, dtype=np.int64)
+        # Weight sync: sub-op l's longest pair time over the classes its partners fall in.
+        sync_extra = np.full(ap.num_sub_ops, -np.inf)
         sync_pairs = np.zeros((n2, 8), dtype=np.int64)
-        aggregate_layout(ap.offset, ap.op_splits, local, len(used), levels, sizes, ap.group_key, ap.group_ptr,
-                         ap.group_edges, ap.edge_u, ap.edge_v, sync_ops, group_coll, touch, edge_same,
-                         sync_mask, sync_pairs)
         p2p_s, sync_s = self._prices(ap)
+        aggregate_layout(ap.offset, ap.op_splits, local, len(used), levels, sizes, ap.group_key, ap.group_ptr,
+                         ap.group_edges, ap.edge_u, ap.edge_v, sync_ops, sync_s, group_coll, touch, edge_same,
+                         sync_extra, sync_pairs)
         tg = self.comm.collective_s(ap.group_bytes, touch[:, 0], touch[:, 1], touch[:, 2])
         tg = np.where((touch[:, 3] <= 1) | (ap.group_bytes <= 0), 0.0, tg)
         grouped = ap.edge_group >= 0
@@ -255,9 +260,6 @@ class StepModel:
         coll_edge[grouped] = group_coll[ap.edge_group[grouped]]
         edge_p2p = ~coll_edge & (ap.edge_size_bytes > 0)
         edge_time = np.where(coll_edge, tg[np.maximum(ap.edge_group, 0)] if num_groups else 0.0, p2p_s)
-        # Weight sync: sub-op l's longest pair time over the classes its partners fall in.
-        bits = ((sync_mask[:, None] >> np.arange(8)) & 1).astype(bool)
-        sync_extra = np.where(bits, sync_s[ap.sub_origin], -np.inf).max(axis=1)
         dur = ap.sub_time_s if self._speed is None else ap.sub_time_s / self._speed[sub_server]
         finish = np.empty(ap.num_sub_ops)
         step = aggregate_schedule_nb(ap.offset, ap.sub_origin, np.ascontiguousarray(dur), local, len(used),
@@ -271,7 +273,9 @@ class StepModel:
         return StepResult(step_time_s=float(step), compute_s=float(dur.sum()), comm_s=comm_s,
                           num_sub_ops=ap.num_sub_ops, num_deps=ap.num_deps)
 
-    def _simulate(self, pg: PartitionedGraph, placement: Placement) -> StepResult:
+    def simulate_dependencies(self, pg: PartitionedGraph, placement: Placement) -> StepResult:
+        """One step on the dependency-level graph, uncached: every dependency priced by
+        :meth:`RampCommModel.dependency_times_s` and list-scheduled (the reference)."""
         sub_server = placement.sub_op_servers(pg.splits)
         dep_time = self.comm.dependency_times_s(
             sub_server[pg.dep_src], sub_server[pg.dep_dst], pg.dep_bytes, pg.dep_group, pg.group_is_sync)

@@ -51,7 +51,7 @@ def feasibility(setting: str, shape: tuple[int, int, int] = (4, 4, 2), hetero: b
 
 def assert_same(feas: FeasibilityTable, graph: TrainingGraph, degree: int, placement: Placement) -> None:
     sm = feas.step_model
-    got = sm._simulate_aggregate(sm.partitioner.aggregate(graph, degree), placement)
+    got = sm.simulate(sm.partitioner.aggregate(graph, degree), placement)
     want = sm.reference_step(graph, degree, placement)
     where = f"{graph.name} at degree {degree}"
     assert got.step_time_s == want.step_time_s, where
@@ -151,7 +151,7 @@ def test_step_uses_the_aggregate_and_caches() -> None:
     first = sm.step(graph, 8, placement)
     assert sm.step(graph, 8, placement) is first
     assert sm.num_lookaheads == before + 1
-    assert first == sm._simulate_aggregate(sm.partitioner.aggregate(graph, 8), placement)
+    assert first == sm.simulate(sm.partitioner.aggregate(graph, 8), placement)
 
 
 @pytest.mark.parametrize("sizing", ["paper", "activation"])

@@ -336,8 +336,8 @@ def repeated_sums(group_edges, group_ptr, edge_count, edge_size):
 
 @njit(cache=True)
 def aggregate_layout(offset, op_splits, sub_server, num_servers, levels, level_sizes, group_key, group_ptr,
-                     group_edges, edge_u, edge_v, sync_ops, group_collective, group_touch, edge_same,
-                     sync_mask, sync_pairs):
+                     group_edges, edge_u, edge_v, sync_ops, sync_class_s, group_collective, group_touch,
+                     edge_same, sync_extra_s, sync_pairs):
     """What a placement means for communication, at op level (fills the output arrays in place).
 
     Args:
@@ -349,13 +349,16 @@ def aggregate_layout(offset, op_splits, sub_server, num_servers, levels, level_s
         level_sizes: Number of distinct keys at each level.
         group_key, group_ptr, group_edges, edge_u, edge_v: The op-level groups and edges.
         sync_ops: Training ops with weight sync (split backward ops).
+        sync_class_s: ``(2n, 8)`` time of one weight-sync pair of each op whose two servers
+            differ exactly on the levels in class ``D`` (bit 1 group, 2 rack, 4 index; ``D = 0``:
+            same server).
         group_collective: Out: whether each group runs as a collective (the multiset test of
             :meth:`simulator.comm.RampCommModel.dependency_times_s`).
         group_touch: Out ``(G, 4)``: distinct communication groups, racks, in-rack indices and
             servers the group touches.
         edge_same: Out: dependencies of each edge whose two ends share a server.
-        sync_mask: Out: per sub-op, bit ``D`` set when some weight-sync partner differs from it
-            exactly on the levels in ``D`` (bit 1 group, 2 rack, 4 index; ``D = 0``: same server).
+        sync_extra_s: Out: per sub-op, its longest weight-sync pair time over its partners
+            (left as given, e.g. ``-inf``, for sub-ops without weight sync).
         sync_pairs: Out ``(2n, 8)``: ordered weight-sync pairs of each op per difference class ``D``.
     """
     cnt_key = np.zeros(num_servers, np.int64)
@@ -443,7 +446,7 @@ def aggregate_layout(offset, op_splits, sub_server, num_servers, levels, level_s
             n_s[0] = hi - lo
             for lv in range(7):
                 n_s[lv + 1] = counts[lv, levels[lv, s]]
-            mask = 0
+            longest = -np.inf
             for a in range(8):
                 exact = 0
                 for sup in range(8):
@@ -455,9 +458,10 @@ def aggregate_layout(offset, op_splits, sub_server, num_servers, levels, level_s
                     exact -= 1  # l itself
                 if exact > 0:
                     d = 7 ^ a
-                    mask |= 1 << d
                     sync_pairs[j, d] += exact
-            sync_mask[i] = mask
+                    if sync_class_s[j, d] > longest:
+                        longest = sync_class_s[j, d]
+            sync_extra_s[i] = longest
         for i in range(lo, hi):
             s = sub_server[i]
             for lv in range(7):
