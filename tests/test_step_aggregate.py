@@ -183,3 +183,24 @@ def test_repeated_sums_equal_bincount(edges: list[tuple[int, int, float]]) -> No
     ptr = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=4))]).astype(np.int64)
     want = np.bincount(np.repeat(group, count), weights=np.repeat(size, count), minlength=4)
     assert np.array_equal(repeated_sums(order.astype(np.int64), ptr, count, size), want)
+
+
+@st.composite
+def small_jobs(draw: st.DrawFn) -> tuple[TrainingGraph, int, str, int]:
+    """A random small DAG (zero times and zero bytes included), a degree, a setting and a seed."""
+    n = draw(st.integers(1, 6))
+    value = st.sampled_from([0.0, 1e-5, 3e-5, 2.5e-4, 1e-3])
+    size = st.sampled_from([0.0, 1.0, 3e3, 2e6, 7e8])
+    ops = [(draw(value), draw(value), draw(size), draw(size)) for _ in range(n)]
+    edges = [(i, j) for j in range(1, n) for i in draw(st.sets(st.integers(0, j - 1), max_size=2))]
+    graph = TrainingGraph(make_graph("fuzz", ops, edges))
+    return graph, draw(st.sampled_from([1, 2, 4, 8])), draw(st.sampled_from(sorted(SETTINGS))), draw(st.integers(0, 99))
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_jobs())
+def test_random_small_graphs(job: tuple[TrainingGraph, int, str, int]) -> None:
+    graph, degree, setting, seed = job
+    feas = feasibility(setting, (2, 2, 2))
+    rng = random.Random(seed)
+    assert_same(feas, graph, degree, random_placement(feas, graph, degree, rng, symmetric=bool(seed % 2)))
