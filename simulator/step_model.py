@@ -40,7 +40,12 @@ import numpy as np
 
 from simulator.comm import RampCommModel
 from simulator.partition import AggregatePartition, PartitionedGraph, Partitioner
-from simulator.place.kernel import aggregate_layout, aggregate_schedule_nb, list_schedule_fast
+from simulator.place.kernel import (
+    aggregate_layout,
+    aggregate_schedule_nb,
+    compact_levels,
+    list_schedule_fast,
+)
 from simulator.placement import Placement
 from workloads.graph import TrainingGraph
 
@@ -216,19 +221,6 @@ class StepModel:
         self._price_cache[key] = (p2p, t)
         return p2p, t
 
-    def _levels(self, used: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Compact keys of the servers ``used`` at the 7 agreement sets of (group, rack, index)."""
-        cg, rack, node = (lv[used] for lv in self.comm.server_levels())
-        rw, nw = int(rack.max()) + 1, int(node.max()) + 1
-        levels = np.empty((7, len(used)), dtype=np.int64)
-        sizes = np.empty(7, dtype=np.int64)
-        for a in range(1, 8):
-            combined = ((cg if a & 1 else 0) * rw + (rack if a & 2 else 0)) * nw + (node if a & 4 else 0)
-            uniq, inv = np.unique(np.broadcast_to(combined, (len(used),)), return_inverse=True)
-            levels[a - 1] = inv
-            sizes[a - 1] = len(uniq)
-        return levels, sizes
-
     def simulate(self, ap: AggregatePartition, placement: Placement) -> StepResult:
         """One step of ``ap`` on ``placement``, uncached (what :meth:`step` runs on a cache miss).
 
@@ -238,7 +230,7 @@ class StepModel:
         sub_server = placement.sub_op_servers(ap.splits)
         used, local = np.unique(sub_server, return_inverse=True)
         local = local.astype(np.int64)
-        levels, sizes = self._levels(used)
+        levels, sizes = compact_levels(*(np.ascontiguousarray(lv[used]) for lv in self.comm.server_levels()))
         num_groups = len(ap.group_key)
         n2 = len(ap.op_splits)
         # Ops with weight sync: the split backward ops.

@@ -335,6 +335,42 @@ def repeated_sums(group_edges, group_ptr, edge_count, edge_size):
 
 
 @njit(cache=True)
+def compact_levels(cg, rack, node):
+    """Compact keys of servers at the 7 agreement sets of their (group, rack, index) levels.
+
+    Returns ``(levels, sizes)``: ``levels[a - 1, i]`` in ``0..sizes[a - 1]-1`` is server ``i``'s
+    key at agreement set ``a`` (bits: 1 communication group, 2 rack, 4 in-rack index); two
+    servers get the same key iff they agree on every level of ``a``. For :func:`aggregate_layout`.
+    """
+    k = cg.shape[0]
+    rw = 1
+    nw = 1
+    for i in range(k):
+        rw = max(rw, rack[i] + 1)
+        nw = max(nw, node[i] + 1)
+    levels = np.empty((7, k), np.int64)
+    sizes = np.zeros(7, np.int64)
+    key = np.empty(k, np.int64)
+    for a in range(1, 8):
+        for i in range(k):
+            c = cg[i] if a & 1 else 0
+            r = rack[i] if a & 2 else 0
+            x = node[i] if a & 4 else 0
+            key[i] = (c * rw + r) * nw + x
+        order = np.argsort(key)
+        next_id = 0
+        for j in range(k):
+            i = order[j]
+            if j > 0 and key[i] == key[order[j - 1]]:
+                levels[a - 1, i] = levels[a - 1, order[j - 1]]
+            else:
+                levels[a - 1, i] = next_id
+                next_id += 1
+        sizes[a - 1] = next_id
+    return levels, sizes
+
+
+@njit(cache=True)
 def aggregate_layout(offset, op_splits, sub_server, num_servers, levels, level_sizes, group_key, group_ptr,
                      group_edges, edge_u, edge_v, sync_ops, sync_class_s, group_collective, group_touch,
                      edge_same, sync_extra_s, sync_pairs):
