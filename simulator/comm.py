@@ -55,6 +55,11 @@ class RampCommModel:
         self._node = coords[:, 2]
         self.fixed_latency_s = topology.propagation_latency_s + 2 * topology.io_latency_s
 
+    def server_levels(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+        """Communication group, rack (as collectives count racks: see ``rack_index_only``) and
+        in-rack index of every server: the three levels a collective's cost depends on."""
+        return self._cg, self._rack, self._node
+
     def point_to_point_s(self, size_bytes: NDArray[np.float64], same_server: NDArray[np.bool_]) -> NDArray[np.float64]:
         """Time of each point-to-point transfer (0 on one server or for 0 bytes)."""
         t = self.fixed_latency_s + size_bytes / self.topology.channel_bandwidth_Bps

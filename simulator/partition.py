@@ -66,6 +66,56 @@ def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
     return out
 
 
+def _sub_op_arrays(graph: TrainingGraph, splits: NDArray[np.int64]) -> tuple[NDArray, ...]:
+    """``(s, offset, sub_origin, sub_time_s, sub_memory_bytes)`` of a split graph.
+
+    ``s`` is the split count of every training op (the backward mirror as its forward op). Shared
+    by :class:`PartitionedGraph` and :class:`AggregatePartition` so both hold the same sub-ops.
+    """
+    s = np.concatenate([splits, splits]).astype(np.int64)
+    offset = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
+    sub_origin = np.repeat(np.arange(2 * graph.num_forward_ops), s)
+    return (s, offset, sub_origin, graph.compute_time_s[sub_origin] / s[sub_origin],
+            graph.memory_bytes[sub_origin] / s[sub_origin])
+
+
+def _edge_sizes(graph: TrainingGraph, edge_sizing: EdgeSizing, u: NDArray, v: NDArray, su: NDArray,
+                sv: NDArray) -> NDArray[np.float64]:
+    """Size of each sub-op dependency of training edge ``u -> v`` (see :data:`EdgeSizing`)."""
+    n = graph.num_forward_ops
+    if edge_sizing == "activation":
+        act = graph.forward.activation_bytes
+        # Forward edge: u's output; backward edge (n+v' -> n+u'): gradient of u''s output.
+        carried = np.where(u >= n, act[v % n], act[u % n])
+        return carried / (su * sv)
+    mem = graph.memory_bytes
+    # Split order: forward op i at 2i, its backward mirror at 2i+1 (spec §4.2).
+    order = np.where(np.arange(2 * n) < n, 2 * np.arange(2 * n), 2 * (np.arange(2 * n) - n) + 1)
+    both = (su > 1) & (sv > 1)
+    parent_first = order[u] < order[v]
+    size = np.where(
+        both, np.where(parent_first, mem[u], mem[v]) / (su * sv),
+        np.where(sv > 1, mem[u] / sv, np.where(su > 1, mem[v] / su, mem[u])))
+    return size.astype(np.float64)
+
+
+def _sync_bytes(graph: TrainingGraph, edge_sizing: EdgeSizing, j: int, sj: int) -> float:
+    """Size of one weight-sync message of backward op ``j`` split ``sj`` ways."""
+    if edge_sizing == "paper":
+        return float(graph.memory_bytes[j] / sj)
+    return float(graph.forward.parameter_bytes[j - graph.num_forward_ops] / sj)
+
+
+def _edge_groups(num_forward_ops: int, u: NDArray, v: NDArray, s: NDArray) -> NDArray[np.int64]:
+    """Group key (a training op) of each training edge, ``-1`` for point-to-point.
+
+    Forward/join edges are grouped by their (forward) source, backward edges by their
+    destination, only when that op is split (spec §6.1).
+    """
+    key = np.where(u >= num_forward_ops, v, u)
+    return np.where(s[key] > 1, key, -1).astype(np.int64)
+
+
 def _pairs(n: int) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Ordered pairs (l, m), l != m, of n sub-ops and the id of their unordered pair."""
     ls, ms = np.nonzero(~np.eye(n, dtype=bool))
@@ -110,14 +160,12 @@ class PartitionedGraph:
     def __post_init__(self) -> None:
         g = self.graph
         n = g.num_forward_ops
-        s = np.concatenate([self.splits, self.splits]).astype(np.int64)
-        offset = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
-        sub_origin = np.repeat(np.arange(2 * n), s)
+        s, offset, sub_origin, sub_time_s, sub_memory_bytes = _sub_op_arrays(g, self.splits)
         set_ = object.__setattr__
         set_(self, "offset", offset)
         set_(self, "sub_origin", sub_origin)
-        set_(self, "sub_time_s", g.compute_time_s[sub_origin] / s[sub_origin])
-        set_(self, "sub_memory_bytes", g.memory_bytes[sub_origin] / s[sub_origin])
+        set_(self, "sub_time_s", sub_time_s)
+        set_(self, "sub_memory_bytes", sub_memory_bytes)
 
         # --- all-to-all edges between the sub-ops of each training edge (u -> v)
         u, v = g.edges[:, 0], g.edges[:, 1]
@@ -128,11 +176,7 @@ class PartitionedGraph:
         src = offset[u[e_rep]] + k // sv[e_rep]
         dst = offset[v[e_rep]] + k % sv[e_rep]
         size = self._edge_sizes(u, v, su, sv)[e_rep]
-        # Group of each edge: forward/join edges by their (forward) source, backward edges by
-        # their destination, only when that op is split.
-        is_bwd_edge = u >= n
-        key = np.where(is_bwd_edge, v, u)
-        group = np.where(s[key] > 1, key, -1)[e_rep]
+        group = _edge_groups(n, u, v, s)[e_rep]
 
         # --- weight-sync pairs among the sub-ops of each split backward op
         sync_src, sync_dst, sync_size, sync_group = [], [], [], []
@@ -147,11 +191,7 @@ class PartitionedGraph:
             ls, ms, pid = pair_cache[sj]
             sync_src.append(offset[j] + ls)
             sync_dst.append(offset[j] + ms)
-            if self.edge_sizing == "paper":
-                per = g.memory_bytes[j] / sj
-            else:
-                per = g.forward.parameter_bytes[j - n] / sj
-            sync_size.append(np.full(len(ls), per))
+            sync_size.append(np.full(len(ls), _sync_bytes(g, self.edge_sizing, j, sj)))
             sync_group.append(next_group + pid)
             next_group += int(pid.max()) + 1
         if sync_src:
@@ -180,22 +220,7 @@ class PartitionedGraph:
 
     def _edge_sizes(self, u: NDArray, v: NDArray, su: NDArray, sv: NDArray) -> NDArray[np.float64]:
         """Size of each sub-op edge of training edge ``u -> v`` (see :data:`EdgeSizing`)."""
-        g = self.graph
-        n = g.num_forward_ops
-        if self.edge_sizing == "activation":
-            act = g.forward.activation_bytes
-            # Forward edge: u's output; backward edge (n+v' -> n+u'): gradient of u''s output.
-            carried = np.where(u >= n, act[v % n], act[u % n])
-            return carried / (su * sv)
-        mem = g.memory_bytes
-        # Split order: forward op i at 2i, its backward mirror at 2i+1 (spec §4.2).
-        order = np.where(np.arange(2 * n) < n, 2 * np.arange(2 * n), 2 * (np.arange(2 * n) - n) + 1)
-        both = (su > 1) & (sv > 1)
-        parent_first = order[u] < order[v]
-        size = np.where(
-            both, np.where(parent_first, mem[u], mem[v]) / (su * sv),
-            np.where(sv > 1, mem[u] / sv, np.where(su > 1, mem[v] / su, mem[u])))
-        return size.astype(np.float64)
+        return _edge_sizes(self.graph, self.edge_sizing, u, v, su, sv)
 
     @property
     def num_sub_ops(self) -> int:
@@ -239,6 +264,142 @@ class PartitionedGraph:
         return index
 
 
+@dataclass(frozen=True, eq=False)
+class AggregatePartition:
+    """A training graph split at one degree, with dependencies kept at op level.
+
+    The same sub-ops as :class:`PartitionedGraph` (``offset``, ``sub_origin``, ``sub_time_s``,
+    ``sub_memory_bytes``), but each training edge ``u -> v`` stays one op-level edge standing for
+    its ``n_u x n_v`` all-to-all dependencies (all of one size), and each split backward op's
+    ``n (n - 1)`` weight-sync messages are described by the op and one pair's bytes. Memory and
+    build time are O(sub-ops + training edges) at any degree, where the dependency-level graph is
+    O(sum of n_u x n_v); :class:`simulator.step_model.StepModel` times steps on this form with the
+    same results (:func:`simulator.place.kernel.aggregate_schedule_nb`).
+
+    Attributes:
+        graph: The training graph.
+        degree: The partition degree.
+        splits: Split count of each forward op.
+        edge_sizing: How dependency sizes were set (see :data:`EdgeSizing`).
+        offset, sub_origin, sub_time_s, sub_memory_bytes: The sub-ops, as in :class:`PartitionedGraph`.
+        op_splits: Split count of every training op (forward then backward).
+        edge_u, edge_v: Source and destination training op of each edge (the graph's edge order).
+        edge_count: Dependencies each edge stands for (``n_u x n_v``).
+        edge_size_bytes: Size of each of those dependencies.
+        edge_group: Communication group of each edge (``-1``: point-to-point dependencies).
+        group_key: The training op a group is keyed by (a split forward source or a split
+            backward destination; spec §6.1).
+        group_ptr, group_edges: The edges of group ``g`` are ``group_edges[group_ptr[g]:group_ptr[g+1]]``.
+        group_bytes: Total bytes of each group, summed dependency by dependency in dependency
+            order (bit for bit what the dependency-level model sums).
+        out_ptr, out_edges: Out-edges of training op ``j``: ``out_edges[out_ptr[j]:out_ptr[j+1]]``.
+        in_degree: Op-level in-edges of each training op (the barriers a sub-op waits for).
+        sync_pair_bytes: Bytes of one weight-sync pair group of each training op (both
+            directions); 0 for ops without weight sync (forward or unsplit).
+    """
+
+    graph: TrainingGraph
+    degree: int
+    splits: NDArray[np.int64]
+    edge_sizing: EdgeSizing = "paper"
+    offset: NDArray[np.int64] = field(init=False, repr=False)
+    sub_origin: NDArray[np.int64] = field(init=False, repr=False)
+    sub_time_s: NDArray[np.float64] = field(init=False, repr=False)
+    sub_memory_bytes: NDArray[np.float64] = field(init=False, repr=False)
+    op_splits: NDArray[np.int64] = field(init=False, repr=False)
+    edge_u: NDArray[np.int64] = field(init=False, repr=False)
+    edge_v: NDArray[np.int64] = field(init=False, repr=False)
+    edge_count: NDArray[np.int64] = field(init=False, repr=False)
+    edge_size_bytes: NDArray[np.float64] = field(init=False, repr=False)
+    edge_group: NDArray[np.int64] = field(init=False, repr=False)
+    group_key: NDArray[np.int64] = field(init=False, repr=False)
+    group_ptr: NDArray[np.int64] = field(init=False, repr=False)
+    group_edges: NDArray[np.int64] = field(init=False, repr=False)
+    group_bytes: NDArray[np.float64] = field(init=False, repr=False)
+    out_ptr: NDArray[np.int64] = field(init=False, repr=False)
+    out_edges: NDArray[np.int64] = field(init=False, repr=False)
+    in_degree: NDArray[np.int64] = field(init=False, repr=False)
+    sync_pair_bytes: NDArray[np.float64] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Imported here: the kernels module pulls in numba, which plain partitioning never needs.
+        from simulator.place.kernel import repeated_sums
+
+        g = self.graph
+        n = g.num_forward_ops
+        s, offset, sub_origin, sub_time_s, sub_memory_bytes = _sub_op_arrays(g, self.splits)
+        u = np.ascontiguousarray(g.edges[:, 0], dtype=np.int64)
+        v = np.ascontiguousarray(g.edges[:, 1], dtype=np.int64)
+        su, sv = s[u], s[v]
+        key = _edge_groups(n, u, v, s)
+        group_key, edge_group = np.unique(key[key >= 0], return_inverse=True)
+        full_group = np.full(len(u), -1, dtype=np.int64)
+        full_group[key >= 0] = edge_group
+        num_groups = len(group_key)
+        # Edges of each group in edge order (a stable sort keeps it), hence in dependency order.
+        grouped = np.flatnonzero(full_group >= 0)
+        group_edges = grouped[np.argsort(full_group[grouped], kind="stable")]
+        group_ptr = np.concatenate([[0], np.cumsum(np.bincount(full_group[grouped], minlength=num_groups))])
+        size = _edge_sizes(g, self.edge_sizing, u, v, su, sv)
+        count = (su * sv).astype(np.int64)
+        out_edges = np.argsort(u, kind="stable")
+        out_ptr = np.concatenate([[0], np.cumsum(np.bincount(u, minlength=2 * n))])
+        sync = np.zeros(2 * n)
+        for j in range(n, 2 * n):
+            if s[j] > 1:
+                per = _sync_bytes(g, self.edge_sizing, j, int(s[j]))
+                # The pair's two messages summed from 0 as the dependency-level model does.
+                sync[j] = (0.0 + per) + per
+        values = {
+            "offset": offset, "sub_origin": sub_origin, "sub_time_s": sub_time_s,
+            "sub_memory_bytes": sub_memory_bytes, "op_splits": s, "edge_u": u, "edge_v": v,
+            "edge_count": count, "edge_size_bytes": size, "edge_group": full_group,
+            "group_key": group_key.astype(np.int64), "group_ptr": group_ptr.astype(np.int64),
+            "group_edges": group_edges.astype(np.int64),
+            "group_bytes": repeated_sums(group_edges.astype(np.int64), group_ptr.astype(np.int64), count, size),
+            "out_ptr": out_ptr.astype(np.int64), "out_edges": out_edges.astype(np.int64),
+            "in_degree": np.bincount(v, minlength=2 * n).astype(np.int64), "sync_pair_bytes": sync,
+        }
+        for name, value in values.items():
+            value = np.ascontiguousarray(value)
+            value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+    @property
+    def num_sub_ops(self) -> int:
+        """Number of sub-ops."""
+        return int(self.sub_origin.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        """Number of op-level edges (training edges)."""
+        return int(self.edge_u.shape[0])
+
+    @cached_property
+    def num_deps(self) -> int:
+        """Dependencies of the dependency-level graph (including weight-sync messages), counted."""
+        s = self.op_splits[self.graph.num_forward_ops:]
+        return int(self.edge_count.sum() + (s * (s - 1)).sum())
+
+    @cached_property
+    def dep_bytes_sum(self) -> float:
+        """Sum of every dependency's size (all-to-all edges and weight-sync messages)."""
+        n = self.graph.num_forward_ops
+        s = self.op_splits[n:]
+        # One sync pair group holds both directions of a pair; there are n (n - 1) / 2 pairs.
+        sync = (self.sync_pair_bytes[n:] * (s * (s - 1) // 2)).sum()
+        return float((self.edge_count * self.edge_size_bytes).sum() + sync)
+
+    @cached_property
+    def total_bytes(self) -> float:
+        """Sub-op memory plus dependency sizes (as :attr:`PartitionedGraph.total_bytes`).
+
+        Equal to it up to floating-point summation order (the last bits): the dependency sizes
+        are summed as ``count x size`` per edge instead of one dependency at a time.
+        """
+        return float(self.sub_memory_bytes.sum() + self.dep_bytes_sum)
+
+
 class Partitioner:
     """Builds (and caches) partitioned graphs per ``(graph, degree)``.
 
@@ -268,6 +429,7 @@ class Partitioner:
         # (belt and braces: a partitioner's rule is fixed at construction).
         self._splits: dict[tuple[str, int, bool], NDArray[np.int64]] = {}
         self._graphs: dict[tuple[str, int, bool], PartitionedGraph] = {}
+        self._aggregates: dict[tuple[str, int, bool], AggregatePartition] = {}
 
     def splits(self, graph: TrainingGraph, degree: int) -> NDArray[np.int64]:
         """Split counts per forward op (cached)."""
@@ -284,3 +446,18 @@ class Partitioner:
         if key not in self._graphs:
             self._graphs[key] = PartitionedGraph(graph, degree, self.splits(graph, degree), self.edge_sizing)
         return self._graphs[key]
+
+    def aggregate(self, graph: TrainingGraph, degree: int) -> AggregatePartition:
+        """The op-level partition at ``degree`` (cached; O(sub-ops + edges) at any degree)."""
+        key = (graph.fingerprint, degree, self.split_ops)
+        if key not in self._aggregates:
+            self._aggregates[key] = AggregatePartition(graph, degree, self.splits(graph, degree), self.edge_sizing)
+        return self._aggregates[key]
+
+    def total_bytes(self, graph: TrainingGraph, degree: int) -> float:
+        """Sub-op memory plus dependency bytes at ``degree`` (a record's ``cluster_bytes``).
+
+        :attr:`PartitionedGraph.total_bytes` without building the dependencies; equal to it up to
+        summation order (the last bits).
+        """
+        return self.aggregate(graph, degree).total_bytes

@@ -15,6 +15,13 @@ Semantics (spec §7, with the differences stated):
 * On a cluster of two GPU generations a sub-op on a server of speed ``v`` takes ``time / v``
   (the collectives' reduction cost stays that of the profiled GPU).
 
+The model runs on :class:`simulator.partition.AggregatePartition` (op-level edges as barriers,
+collectives and all-to-all exchanges as aggregate events), whose cost grows with sub-ops and
+training edges, not with ``n_u x n_v`` dependencies; step times are equal bit for bit to the
+dependency-level reference (:meth:`StepModel.reference_step`, :func:`simulate_step`), which the
+tests compare against. ``compute_s`` is equal too; ``comm_s`` is the same sum taken in another
+order (it may differ in the last bits).
+
 Results are cached by ``(graph, degree, placement signature)``: placements that differ only by
 a renaming of servers (and of their groups, racks and in-rack indices) share one lookahead; on a
 cluster of several GPU generations the signature also holds each server's kind, so blocks of
@@ -32,8 +39,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.comm import RampCommModel
-from simulator.partition import PartitionedGraph, Partitioner
-from simulator.place.kernel import list_schedule_fast
+from simulator.partition import AggregatePartition, PartitionedGraph, Partitioner
+from simulator.place.kernel import (
+    aggregate_layout,
+    aggregate_schedule_nb,
+    compact_levels,
+    list_schedule_fast,
+)
 from simulator.placement import Placement
 from workloads.graph import TrainingGraph
 
@@ -158,6 +170,7 @@ class StepModel:
         self.partitioner = partitioner
         self.comm = comm
         self._cache: dict[tuple, StepResult] = {}
+        self._price_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         topology = comm.topology
         # Per-server speeds only when servers differ: a homogeneous cluster keeps its exact arithmetic.
         self._speed = np.asarray(topology.server_speed, dtype=np.float64) if topology.heterogeneous else None
@@ -176,14 +189,85 @@ class StepModel:
             self.num_cache_hits += 1
             return hit
         t0 = time.perf_counter()
-        pg = self.partitioner.partition(graph, degree)
-        result = self._simulate(pg, placement)
+        result = self.simulate(self.partitioner.aggregate(graph, degree), placement)
         self.lookahead_wall_s += time.perf_counter() - t0
         self.num_lookaheads += 1
         self._cache[key] = result
         return result
 
-    def _simulate(self, pg: PartitionedGraph, placement: Placement) -> StepResult:
+    def reference_step(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
+        """:meth:`step` on the dependency-level graph (uncached): the readable reference.
+
+        Materialises every dependency (O(sum of n_u x n_v)); for tests and small degrees.
+        """
+        return self.simulate_dependencies(self.partitioner.partition(graph, degree), placement)
+
+    def _prices(self, ap: AggregatePartition) -> tuple[np.ndarray, np.ndarray]:
+        """Placement-independent times of a partition: each edge's point-to-point time (0 for no
+        bytes) and ``(2n, 8)`` weight-sync pair times per op and difference class (cached)."""
+        key = (ap.graph.fingerprint, ap.degree, self.partitioner.split_ops)
+        hit = self._price_cache.get(key)
+        if hit is not None:
+            return hit
+        p2p = self.comm.point_to_point_s(ap.edge_size_bytes, np.zeros(ap.num_edges, dtype=bool))
+        # Class D: bit 1 other communication group, 2 other rack, 4 other in-rack index.
+        d = np.arange(8)
+        bytes_ = np.repeat(ap.sync_pair_bytes, 8)
+        cls = np.tile(d, len(ap.sync_pair_bytes))
+        t = self.comm.collective_s(bytes_, 1 + (cls & 1), 1 + ((cls >> 1) & 1), 1 + ((cls >> 2) & 1))
+        t = np.where((cls == 0) | (bytes_ <= 0), 0.0, t).reshape(-1, 8)
+        for arr in (p2p, t):
+            arr.setflags(write=False)
+        self._price_cache[key] = (p2p, t)
+        return p2p, t
+
+    def simulate(self, ap: AggregatePartition, placement: Placement) -> StepResult:
+        """One step of ``ap`` on ``placement``, uncached (what :meth:`step` runs on a cache miss).
+
+        Cost O(sub-ops + sum over edges of n_u + n_v), whatever the degree; the step time equals
+        :meth:`simulate_dependencies`' bit for bit.
+        """
+        sub_server = placement.sub_op_servers(ap.splits)
+        used, local = np.unique(sub_server, return_inverse=True)
+        local = local.astype(np.int64)
+        levels, sizes = compact_levels(*(np.ascontiguousarray(lv[used]) for lv in self.comm.server_levels()))
+        num_groups = len(ap.group_key)
+        n2 = len(ap.op_splits)
+        # Ops with weight sync: the split backward ops.
+        sync_ops = np.flatnonzero(ap.op_splits[n2 // 2:] > 1).astype(np.int64) + n2 // 2
+        group_coll = np.zeros(num_groups, dtype=bool)
+        touch = np.zeros((num_groups, 4), dtype=np.int64)
+        edge_same = np.zeros(ap.num_edges, dtype=np.int64)
+        # Weight sync: sub-op l's longest pair time over the classes its partners fall in.
+        sync_extra = np.full(ap.num_sub_ops, -np.inf)
+        sync_pairs = np.zeros((n2, 8), dtype=np.int64)
+        p2p_s, sync_s = self._prices(ap)
+        aggregate_layout(ap.offset, ap.op_splits, local, len(used), levels, sizes, ap.group_key, ap.group_ptr,
+                         ap.group_edges, ap.edge_u, ap.edge_v, sync_ops, sync_s, group_coll, touch, edge_same,
+                         sync_extra, sync_pairs)
+        tg = self.comm.collective_s(ap.group_bytes, touch[:, 0], touch[:, 1], touch[:, 2])
+        tg = np.where((touch[:, 3] <= 1) | (ap.group_bytes <= 0), 0.0, tg)
+        grouped = ap.edge_group >= 0
+        coll_edge = np.zeros(ap.num_edges, dtype=bool)
+        coll_edge[grouped] = group_coll[ap.edge_group[grouped]]
+        edge_p2p = ~coll_edge & (ap.edge_size_bytes > 0)
+        edge_time = np.where(coll_edge, tg[np.maximum(ap.edge_group, 0)] if num_groups else 0.0, p2p_s)
+        dur = ap.sub_time_s if self._speed is None else ap.sub_time_s / self._speed[sub_server]
+        finish = np.empty(ap.num_sub_ops)
+        step = aggregate_schedule_nb(ap.offset, ap.sub_origin, np.ascontiguousarray(dur), local, len(used),
+                                     ap.out_ptr, ap.out_edges, ap.edge_v, edge_p2p, edge_time, ap.in_degree,
+                                     sync_extra, finish)
+        if step < 0:
+            raise RuntimeError("step model deadlock: the graph has a cycle")
+        comm = np.where(coll_edge, edge_time * ap.edge_count,
+                        np.where(edge_p2p, edge_time * (ap.edge_count - edge_same), 0.0))
+        comm_s = float(comm.sum() + (sync_pairs * sync_s).sum())
+        return StepResult(step_time_s=float(step), compute_s=float(dur.sum()), comm_s=comm_s,
+                          num_sub_ops=ap.num_sub_ops, num_deps=ap.num_deps)
+
+    def simulate_dependencies(self, pg: PartitionedGraph, placement: Placement) -> StepResult:
+        """One step on the dependency-level graph, uncached: every dependency priced by
+        :meth:`RampCommModel.dependency_times_s` and list-scheduled (the reference)."""
         sub_server = placement.sub_op_servers(pg.splits)
         dep_time = self.comm.dependency_times_s(
             sub_server[pg.dep_src], sub_server[pg.dep_dst], pg.dep_bytes, pg.dep_group, pg.group_is_sync)
