@@ -14,6 +14,7 @@ its ops run (an op placer, :mod:`simulator.block_placement`) can make it faster 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -408,13 +409,17 @@ class Partitioner:
             (paper preset 0.01 in its time unit; physically 10 us for PipeDream profiles).
         edge_sizing: Dependency sizing rule (:data:`EdgeSizing`).
         split_sizes: Split counts that can be placed (those with a symmetric block); others
-            are rounded down (see :func:`split_counts`). ``None`` keeps the raw rule.
+            are rounded down (see :func:`split_counts`). Either one tuple for every degree, or a
+            function of the degree (block placement: the sizes with a symmetric block inside
+            every block of that degree, :meth:`simulator.topology.RampTopology.block_split_sizes`).
+            ``None`` keeps the raw rule.
         split_ops: ``True``: the SiP-ML split rule above. ``False``: no op is split (one sub-op
             per op at every degree; the model-parallel scenario).
     """
 
     def __init__(self, min_op_time_s: float = 0.01, edge_sizing: EdgeSizing = "paper",
-                 split_sizes: tuple[int, ...] | None = None, split_ops: bool = True) -> None:
+                 split_sizes: tuple[int, ...] | Callable[[int], tuple[int, ...]] | None = None,
+                 split_ops: bool = True) -> None:
         if not (math.isfinite(min_op_time_s) and min_op_time_s > 0):
             raise ValueError(f"min_op_time_s must be > 0, got {min_op_time_s}")
         if edge_sizing not in ("paper", "activation"):
@@ -423,7 +428,8 @@ class Partitioner:
         self.edge_sizing: EdgeSizing = edge_sizing
         if not isinstance(split_ops, bool | np.bool_):
             raise ValueError(f"split_ops must be true or false, got {split_ops!r}")
-        self.split_sizes = None if split_sizes is None else tuple(sorted(split_sizes))
+        self.split_sizes: tuple[int, ...] | Callable[[int], tuple[int, ...]] | None = (
+            split_sizes if split_sizes is None or callable(split_sizes) else tuple(sorted(split_sizes)))
         self.split_ops = bool(split_ops)
         # Keys carry the split rule too, so an entry can never be read under the other rule
         # (belt and braces: a partitioner's rule is fixed at construction).
@@ -435,7 +441,8 @@ class Partitioner:
         """Split counts per forward op (cached)."""
         key = (graph.fingerprint, degree, self.split_ops)
         if key not in self._splits:
-            out = split_counts(graph, degree, self.min_op_time_s, self.split_sizes, self.split_ops)
+            sizes = self.split_sizes(degree) if callable(self.split_sizes) else self.split_sizes
+            out = split_counts(graph, degree, self.min_op_time_s, sizes, self.split_ops)
             out.setflags(write=False)
             self._splits[key] = out
         return self._splits[key]
