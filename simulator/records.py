@@ -133,8 +133,8 @@ def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
     original wrote them). Above: *boxes* separated by spaces, each ``C-R-S`` where every part is a
     number or an inclusive range ``a..b``, standing for every server whose coordinates lie in the
     three ranges, e.g. a 1,024-server block of shape (32, 32, 1) is ``0..31-0..31-0`` instead of
-    about 9 KB of names. Boxes come in server-index order and expand (:func:`expand_servers`) to
-    exactly the held servers, ascending, without knowing the cluster.
+    about 9 KB of names. The boxes are disjoint and together hold exactly the job's servers;
+    :func:`expand_servers` lists them, ascending, without knowing the cluster.
     """
     if len(servers) <= SERVERS_LISTED_MAX:
         return " ".join(topology.server_name(s) for s in servers)
@@ -173,13 +173,13 @@ def _span(first: int, last: int) -> str:
 
 
 def expand_servers(text: str) -> list[str]:
-    """The ``c-r-s`` names a ``servers`` cell stands for, in order (both forms of
+    """The ``c-r-s`` names a ``servers`` cell stands for, in server-index order (both forms of
     :func:`format_servers`; an empty cell is no server).
 
     Raises:
         ValueError: For a token that is not ``C-R-S`` with numbers or ranges ``a..b`` (a <= b).
     """
-    names: list[str] = []
+    coords: list[tuple[int, int, int]] = []
     for token in text.split():
         parts = token.split("-")
         if len(parts) != 3:
@@ -190,8 +190,8 @@ def expand_servers(text: str) -> list[str]:
             if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
                 raise ValueError(f"bad server {token!r}: expected c-r-s (each a number or a range a..b)")
             spans.append(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
-        names += [f"{c}-{r}-{s}" for c in spans[0] for r in spans[1] for s in spans[2]]
-    return names
+        coords += [(c, r, s) for c in spans[0] for r in spans[1] for s in spans[2]]
+    return [f"{c}-{r}-{s}" for c, r, s in sorted(coords)]
 
 
 class RecordSink(Protocol):
@@ -358,12 +358,15 @@ class ExactSum:
     ``s = fsum(xs)`` and the exact remainder ``xs - s`` is again a sum of floats; a few rounds
     leave nothing). :attr:`value` is the correctly rounded exact sum. Non-finite terms are added
     plainly (their sum is ``inf``/``nan`` whatever the order).
+
+    Args:
+        fold_every: Terms buffered between folds (memory vs. calls to ``fsum``).
     """
 
-    __slots__ = ("_parts", "_buffer", "_special")
-    FOLD_EVERY = 4096
+    __slots__ = ("_parts", "_buffer", "_special", "fold_every")
 
-    def __init__(self) -> None:
+    def __init__(self, fold_every: int = 4096) -> None:
+        self.fold_every = fold_every
         self._parts: list[float] = []
         self._buffer: list[float] = []
         self._special = 0.0
@@ -372,7 +375,7 @@ class ExactSum:
         """Add one term."""
         if math.isfinite(x):
             self._buffer.append(x)
-            if len(self._buffer) >= self.FOLD_EVERY:
+            if len(self._buffer) >= self.fold_every:
                 self._fold()
         else:
             self._special += x
