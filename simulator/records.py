@@ -138,12 +138,13 @@ def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
     """
     if len(servers) <= SERVERS_LISTED_MAX:
         return " ".join(topology.server_name(s) for s in servers)
-    coords = topology.coords
+    _, num_racks, per_rack = topology.shape  # server index = (c * R + r) * S + s, as server_name
     # (c, r) -> s ranges; then runs of consecutive racks with the same s ranges; then runs of
     # consecutive groups with the same rack runs. Each level keeps index (= c, r, s) order.
     by_rack: dict[tuple[int, int], list[list[int]]] = {}
     for server in sorted(servers):
-        c, r, s = coords[server]
+        rack, s = divmod(server, per_rack)
+        c, r = divmod(rack, num_racks)
         ranges = by_rack.setdefault((c, r), [])
         if ranges and ranges[-1][1] == s - 1:
             ranges[-1][1] = s
