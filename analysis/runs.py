@@ -140,8 +140,38 @@ def config_columns(runs: pd.DataFrame) -> list[str]:
     return [c for c in (*CONFIG_COLUMNS, *extra) if c in runs.columns]
 
 
+_SERVER_SPAN = re.compile(r"^(\d+)(?:\.\.(\d+))?$")
+
+
+def job_server_names(cell: str) -> list[str]:
+    """The ``c-r-s`` servers of one ``jobs.csv`` ``servers`` cell, in server-index order
+    (``c``, then ``r``, then ``s``).
+
+    Jobs on at most 64 servers list each one (``0-0-0 1-0-0``); bigger ones are written as boxes
+    ``C-R-S`` where each part is a number or an inclusive range ``a..b`` (``0..31-0..31-0`` is
+    the 1,024 servers of groups 0-31, racks 0-31, server 0; the boxes of a job are disjoint).
+    Both forms are read; an empty cell is no server.
+
+    Raises:
+        ValueError: A token that is neither form.
+    """
+    coords: list[tuple[int, int, int]] = []
+    for token in cell.split():
+        parts = token.split("-")
+        spans = [_SERVER_SPAN.match(p) for p in parts]
+        if len(parts) != 3 or any(m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1)))
+                                  for m in spans):
+            raise ValueError(f"bad server {token[:40]!r}: expected c-r-s, each a number or a range a..b")
+        c, r, s = (range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1) for m in spans if m is not None)
+        coords += [(ci, ri, si) for ci in c for ri in r for si in s]
+    return [f"{c}-{r}-{s}" for c, r, s in sorted(coords)]
+
+
 def load_jobs(run_dir: str | Path, expected_jobs: int | None = None) -> pd.DataFrame:
     """One run's ``jobs.csv`` (one row per job; empty strings for no block reason or servers).
+
+    Rows are in job-id order as ``pacml-sim`` writes them (nothing here depends on it). The
+    ``servers`` cell is kept as written; :func:`job_server_names` expands it.
 
     Args:
         run_dir: The run directory.

@@ -21,6 +21,7 @@ from simulator.errors import ConfigError
 from simulator.feasibility import Feasibility
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
+from simulator.records import RecordSink
 from simulator.schema import import_target
 from simulator.simulation import Simulation
 from simulator.step_model import StepModel
@@ -121,8 +122,10 @@ def build_workload(cfg: DictConfig | Mapping[str, Any]) -> Workload:
 
 
 def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = None,
-                     feasibility: Feasibility | None = None, workload: Workload | None = None) -> Simulation:
-    """A ready-to-run :class:`Simulation` (components may be passed in to share caches)."""
+                     feasibility: Feasibility | None = None, workload: Workload | None = None,
+                     sink: RecordSink | None = None) -> Simulation:
+    """A ready-to-run :class:`Simulation` (components may be passed in to share caches; ``sink``
+    receives the records, default in memory)."""
     if feasibility is None:
         feasibility = build_feasibility(build_topology(cfg), cfg.get("sim", {}))
     if workload is None:
@@ -130,7 +133,7 @@ def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = 
     horizon = cfg.get("horizon_s")
     return Simulation(workload, feasibility, seed=int(cfg["seed"] if seed is None else seed),
                       horizon_s=None if horizon is None else float(horizon),
-                      horizon_accounting=cfg.get("horizon_accounting", "drain"))
+                      horizon_accounting=cfg.get("horizon_accounting", "drain"), sink=sink)
 
 
 def check_buildable(cfg: DictConfig) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from simulator.feasibility import FeasibilityTable
@@ -75,10 +76,11 @@ class ClusterState:
         feasibility: The shared feasibility function evaluated for the arriving job.
         horizon_s: Last arrival time of the episode (``None`` if open-ended).
         mean_interarrival_s: Mean gap between the arrivals seen so far (``nan`` at the first).
-        running: ``(end_time_s, server_mask)`` of every running job, by end time (what a
-            lookahead planner needs to replay releases exactly).
         horizon_accounting: ``drain`` or ``paper`` (jobs still running at the horizon count as
             blocked), so that planners optimise the metric the run reports.
+        running_source: The value of :attr:`running`, or a function giving it, called on first
+            access (building it is O(running jobs), thousands on a big cluster, and most policies
+            never read it).
     """
 
     time_s: float
@@ -88,8 +90,16 @@ class ClusterState:
     feasibility: FeasibilityTable
     horizon_s: float | None = None
     mean_interarrival_s: float = float("nan")
-    running: tuple[tuple[float, int], ...] = ()
     horizon_accounting: str = "drain"
+    running_source: tuple[tuple[float, int], ...] | Callable[[], tuple[tuple[float, int], ...]] = field(
+        default=(), repr=False, compare=False)
+
+    @cached_property
+    def running(self) -> tuple[tuple[float, int], ...]:
+        """``(end_time_s, server_mask)`` of every running job, by end time (what a lookahead
+        planner needs to replay releases exactly); computed on first access."""
+        source = self.running_source
+        return source() if callable(source) else tuple(source)
 
     @cached_property
     def releases(self) -> tuple[tuple[float, int], ...]:

@@ -1,17 +1,30 @@
-"""Typed per-job records, run summaries, and the files a run writes (``jobs.csv``, ``summary.json``)."""
+"""Typed per-job records, run summaries, and the files a run writes (``jobs.csv``, ``summary.json``).
+
+A simulation hands every finished record to a :class:`RecordSink`: :class:`MemorySink` keeps
+them (what the Gym environment and the tests read), :class:`CsvStreamSink` appends them to
+``jobs.csv`` as the run goes and keeps only the jobs still running, so that a long episode's
+memory does not grow with its length. Either way the summary comes from the same running
+:class:`SummaryAccumulator` (exact, order-independent sums), so both give the same numbers.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-from collections import Counter
+import os
+import re
+import tempfile
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from workloads.io import atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:
+    from simulator.topology import RampTopology
 
 Outcome = Literal["completed", "blocked", "running", "unresolved"]
 """Each job has exactly one outcome. ``completed``: accepted and finished. ``blocked``: rejected,
@@ -39,7 +52,9 @@ class JobRecord:
         degree: Chosen partition degree (0 = rejected).
         num_servers: Servers of the job's placement (held if it ran; 0 if it could not be placed;
             may exceed ``degree`` under op-level first fit, spec §15.1).
-        servers: Those servers as ``c-r-s`` ids separated by spaces.
+        servers: Those servers as ``c-r-s`` ids separated by spaces; above
+            :data:`SERVERS_LISTED_MAX` servers, as boxes of coordinate ranges (see
+            :func:`format_servers`).
         outcome: See :data:`Outcome`.
         block_reason: See :data:`BlockReason` (empty unless blocked).
         jct_s: Simulated JCT of the placement (``nan`` if never placed).
@@ -85,32 +100,420 @@ class JobRecord:
 RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 
+SERVERS_LISTED_MAX = 64
+"""Jobs holding at most this many servers list each one in ``servers`` (the original's form);
+bigger ones are written as boxes (:func:`format_servers`)."""
+
+_RANGE = re.compile(r"^(\d+)(?:\.\.(\d+))?$")
+
+
+def _csv_row(rec: JobRecord) -> list[Any]:
+    """One ``jobs.csv`` row (floats by ``repr``, so they read back exactly)."""
+    row = []
+    for name in RECORD_FIELDS:
+        value = getattr(rec, name)
+        row.append(repr(value) if isinstance(value, float) else value)
+    return row
+
+
 def records_to_csv(records: Iterable[JobRecord]) -> str:
     """Serialise records as CSV text (header + one row per job, ordered by job id)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(RECORD_FIELDS)
     for rec in sorted(records, key=lambda r: r.job_id):
-        row = []
-        for name in RECORD_FIELDS:
-            value = getattr(rec, name)
-            row.append(repr(value) if isinstance(value, float) else value)
-        writer.writerow(row)
+        writer.writerow(_csv_row(rec))
     return buf.getvalue()
 
 
-def write_run_files(out_dir: str | Path, records: Sequence[JobRecord], summary: dict[str, Any]) -> None:
-    """Write ``jobs.csv`` and ``summary.json`` into ``out_dir`` atomically (summary last)."""
+def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
+    """The ``servers`` column for a job holding ``servers`` (indices, ascending).
+
+    Up to :data:`SERVERS_LISTED_MAX` servers: their ``c-r-s`` names separated by spaces (as the
+    original wrote them). Above: *boxes* separated by spaces, each ``C-R-S`` where every part is a
+    number or an inclusive range ``a..b``, standing for every server whose coordinates lie in the
+    three ranges, e.g. a 1,024-server block of shape (32, 32, 1) is ``0..31-0..31-0`` instead of
+    about 9 KB of names. The boxes are disjoint and together hold exactly the job's servers;
+    :func:`expand_servers` lists them, ascending, without knowing the cluster.
+    """
+    if len(servers) <= SERVERS_LISTED_MAX:
+        return " ".join(topology.server_name(s) for s in servers)
+    _, num_racks, per_rack = topology.shape  # server index = (c * R + r) * S + s, as server_name
+    # (c, r) -> s ranges; then runs of consecutive racks with the same s ranges; then runs of
+    # consecutive groups with the same rack runs. Each level keeps index (= c, r, s) order.
+    by_rack: dict[tuple[int, int], list[list[int]]] = {}
+    for server in sorted(servers):
+        rack, s = divmod(server, per_rack)
+        c, r = divmod(rack, num_racks)
+        ranges = by_rack.setdefault((c, r), [])
+        if ranges and ranges[-1][1] == s - 1:
+            ranges[-1][1] = s
+        else:
+            ranges.append([s, s])
+    by_group: dict[int, list[list[Any]]] = {}
+    for (c, r), ranges in by_rack.items():
+        key = tuple(map(tuple, ranges))
+        runs = by_group.setdefault(c, [])
+        if runs and runs[-1][1] == r - 1 and runs[-1][2] == key:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r, key])
+    groups: list[list[Any]] = []
+    for c, runs in by_group.items():
+        key = tuple((r0, r1, ranges) for r0, r1, ranges in runs)
+        if groups and groups[-1][1] == c - 1 and groups[-1][2] == key:
+            groups[-1][1] = c
+        else:
+            groups.append([c, c, key])
+    return " ".join(f"{_span(c0, c1)}-{_span(r0, r1)}-{_span(s0, s1)}"
+                    for c0, c1, rack_runs in groups for r0, r1, ranges in rack_runs for s0, s1 in ranges)
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def expand_servers(text: str) -> list[str]:
+    """The ``c-r-s`` names a ``servers`` cell stands for, in server-index order (both forms of
+    :func:`format_servers`; an empty cell is no server).
+
+    Raises:
+        ValueError: For a token that is not ``C-R-S`` with numbers or ranges ``a..b`` (a <= b).
+    """
+    coords: list[tuple[int, int, int]] = []
+    for token in text.split():
+        parts = token.split("-")
+        if len(parts) != 3:
+            raise ValueError(f"bad server {token!r}: expected c-r-s (each a number or a range a..b)")
+        spans = []
+        for part in parts:
+            m = _RANGE.match(part)
+            if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+                raise ValueError(f"bad server {token!r}: expected c-r-s (each a number or a range a..b)")
+            spans.append(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+        coords += [(c, r, s) for c in spans[0] for r in spans[1] for s in spans[2]]
+    return [f"{c}-{r}-{s}" for c, r, s in sorted(coords)]
+
+
+class RecordSink(Protocol):
+    """Where a simulation puts each job's record once the job is resolved.
+
+    The simulation calls :meth:`arrived` for each job as it arrives (arrival order is job-id
+    order), :meth:`add` once per job when its outcome is final (jobs finish out of order), then
+    :meth:`close` once at the end of the run, or :meth:`abort` if the run fails.
+    """
+
+    records: list[JobRecord]
+    """Records kept in memory (empty for a sink that does not keep them)."""
+
+    def arrived(self, job_id: int) -> None:
+        """Job ``job_id`` arrived (its record comes later)."""
+
+    def add(self, record: JobRecord) -> None:
+        """A job's final record."""
+
+    def close(self) -> None:
+        """The run is over: every arrived job has its record."""
+
+    def abort(self) -> None:
+        """The run failed: drop whatever is half written."""
+
+
+class MemorySink:
+    """Keeps every record in :attr:`records`: in the order jobs resolve while the run goes (so a
+    driver can look a finished job up at once), sorted by job id once closed. Memory grows with
+    the episode (a few hundred bytes per job); :class:`CsvStreamSink` does not."""
+
+    def __init__(self) -> None:
+        self.records: list[JobRecord] = []
+
+    def arrived(self, job_id: int) -> None:
+        """Nothing to do: records are kept as they come."""
+
+    def add(self, record: JobRecord) -> None:
+        """Keep ``record``."""
+        self.records.append(record)
+
+    def close(self) -> None:
+        """Sort the records by job id."""
+        self.records.sort(key=lambda r: r.job_id)
+
+    def abort(self) -> None:
+        """Nothing to drop."""
+
+
+class CsvStreamSink:
+    """Writes ``jobs.csv`` as the run goes, byte for byte what :func:`records_to_csv` writes for
+    the same records, and keeps no records: :attr:`records` stays empty.
+
+    Rows go out in job-id order through a reorder buffer: a record waits only while an earlier
+    job is still unresolved (running), so the buffer holds about the running jobs, never the
+    whole episode (:attr:`max_buffered` tells its high-water mark). Rows are written in chunks of
+    ``flush_rows`` to a temporary file beside ``path``, renamed to ``path`` by :meth:`close`; a run
+    that fails (:meth:`abort`) or is killed never leaves a partial file named ``path``.
+
+    Args:
+        path: Where ``jobs.csv`` goes (its folder is created).
+        flush_rows: Rows buffered in memory before a write.
+    """
+
+    def __init__(self, path: str | Path, *, flush_rows: int = 4096) -> None:
+        self.path = Path(path)
+        self.flush_rows = flush_rows
+        self.records: list[JobRecord] = []
+        self.rows_written = 0
+        self.max_buffered = 0
+        """Most records ever waiting in the reorder buffer."""
+        self._slots: deque[list[Any]] = deque()  # [job_id, record or None], arrival order
+        self._by_id: dict[int, list[Any]] = {}  # job id -> its slot, while it waits
+        self._waiting = 0
+        self._lines: list[str] = []
+        self._writer = csv.writer(self, lineterminator="\n")  # writes through self.write
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self._tmp = Path(tmp)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; keep the usual permissions
+        self._fh: io.BufferedWriter | None = os.fdopen(fd, "wb")
+        self._writer.writerow(RECORD_FIELDS)
+
+    def write(self, line: str) -> None:
+        """Collect one CSV line from the csv writer (not for callers)."""
+        self._lines.append(line)
+
+    def arrived(self, job_id: int) -> None:
+        """Reserve ``job_id``'s place in the file."""
+        slot = [job_id, None]
+        self._slots.append(slot)
+        self._by_id[job_id] = slot
+
+    def add(self, record: JobRecord) -> None:
+        """Write ``record`` as soon as every job that arrived before it is written too (a job never
+        announced through :meth:`arrived` goes after every announced one)."""
+        slot = self._by_id.pop(record.job_id, None)
+        if slot is None:
+            slot = [record.job_id, None]
+            self._slots.append(slot)
+        slot[1] = record
+        self._waiting += 1
+        slots = self._slots
+        while slots and slots[0][1] is not None:
+            self._writer.writerow(_csv_row(slots.popleft()[1]))
+            self._waiting -= 1
+            self.rows_written += 1
+        if self._waiting > self.max_buffered:
+            self.max_buffered = self._waiting
+        if len(self._lines) >= self.flush_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._fh is None:
+            raise RuntimeError(f"{self.path}: the sink is closed")
+        self._fh.write("".join(self._lines).encode())
+        self._lines.clear()
+
+    def close(self) -> None:
+        """Write the rest, fsync and rename the file to :attr:`path`.
+
+        Raises:
+            RuntimeError: A job arrived but never got its record (a simulator bug).
+        """
+        if self._slots:
+            raise RuntimeError(f"{self.path}: job {self._slots[0][0]} arrived but has no record")
+        self._flush()
+        assert self._fh is not None
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self._fh = None
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Delete the temporary file (``path`` is left as it was)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        self._tmp.unlink(missing_ok=True)
+        self._slots.clear()
+        self._by_id.clear()
+
+
+def write_run_files(out_dir: str | Path, records: Sequence[JobRecord] | None, summary: dict[str, Any]) -> None:
+    """Write ``jobs.csv`` and ``summary.json`` into ``out_dir`` atomically (summary last).
+
+    ``records=None`` writes only ``summary.json`` (a :class:`CsvStreamSink` already wrote
+    ``jobs.csv``).
+    """
     out = Path(out_dir)
-    atomic_write_text(out / "jobs.csv", records_to_csv(records))
+    if records is not None:
+        atomic_write_text(out / "jobs.csv", records_to_csv(records))
     atomic_write_json(out / "summary.json", summary)
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else NAN
+class ExactSum:
+    """A float sum that is exact until read and so does not depend on the order of the terms.
+
+    Terms are buffered and folded every few thousand into a short list of non-overlapping floats
+    whose exact sum is the exact sum so far (``math.fsum`` is correctly rounded, so
+    ``s = fsum(xs)`` and the exact remainder ``xs - s`` is again a sum of floats; a few rounds
+    leave nothing). :attr:`value` is the correctly rounded exact sum. Non-finite terms are added
+    plainly (their sum is ``inf``/``nan`` whatever the order).
+
+    Args:
+        fold_every: Terms buffered between folds (memory vs. calls to ``fsum``).
+    """
+
+    __slots__ = ("_parts", "_buffer", "_special", "fold_every")
+
+    def __init__(self, fold_every: int = 4096) -> None:
+        self.fold_every = fold_every
+        self._parts: list[float] = []
+        self._buffer: list[float] = []
+        self._special = 0.0
+
+    def add(self, x: float) -> None:
+        """Add one term."""
+        if math.isfinite(x):
+            self._buffer.append(x)
+            if len(self._buffer) >= self.fold_every:
+                self._fold()
+        else:
+            self._special += x
+
+    def _fold(self) -> None:
+        terms = self._parts + self._buffer
+        parts: list[float] = []
+        while True:
+            s = math.fsum(terms)
+            if s == 0.0:
+                break
+            parts.append(s)
+            terms.append(-s)
+        self._parts, self._buffer = parts, []
+
+    @property
+    def value(self) -> float:
+        """The exact sum, rounded once."""
+        total = math.fsum(self._parts + self._buffer)
+        return self._special + total if self._special else total
 
 
-def summarise(records: Sequence[JobRecord], *, window_s: float, num_servers: int) -> dict[str, Any]:
+class SummaryAccumulator:
+    """Running totals of a run's records from which :meth:`summary` gives :func:`summarise`'s
+    metrics without keeping the records (O(1) memory per job).
+
+    Args:
+        window_s: Measurement window, if known before the run (the horizon). ``None`` (trace
+            replay: the window is the end time) measures every started job whole; then every
+            started job must end within the window given to :meth:`summary`, as it does when a
+            run drains (checked).
+    """
+
+    def __init__(self, window_s: float | None = None) -> None:
+        self.window_s = window_s
+        self.outcomes: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.num_started = 0
+        self.num_completed_in_window = 0
+        self.sum_degree_started = 0
+        self.sum_servers_started = 0
+        self.max_end_s = -math.inf
+        self._sums = {k: ExactSum() for k in ("demand", "cluster", "busy", "held", "running", "jct", "speedup")}
+
+    @property
+    def num_jobs(self) -> int:
+        """Records added so far."""
+        return sum(self.outcomes.values())
+
+    def add(self, r: JobRecord) -> None:
+        """Count one job's record."""
+        sums = self._sums
+        window = math.inf if self.window_s is None else self.window_s
+        self.outcomes[r.outcome] += 1
+        if r.outcome == "blocked":
+            self.reasons[r.block_reason] += 1
+        elif r.outcome == "completed":
+            sums["jct"].add(r.jct_s)
+            sums["speedup"].add(r.speedup)
+            if r.completion_time_s <= window:
+                self.num_completed_in_window += 1
+        if r.started:
+            end = r.start_time_s + r.jct_s
+            self.max_end_s = max(self.max_end_s, end)
+            overlap = max(0.0, min(end, window) - max(r.start_time_s, 0.0))
+            frac = overlap / r.jct_s if r.jct_s > 0 else 0.0
+            sums["demand"].add(r.demand_bytes * frac)
+            sums["cluster"].add(r.cluster_bytes * frac)
+            sums["busy"].add(r.busy_server_s * frac)
+            sums["held"].add(r.num_servers * overlap)
+            sums["running"].add(overlap)
+            self.num_started += 1
+            self.sum_degree_started += r.degree
+            self.sum_servers_started += r.num_servers
+
+    def set_window(self, window_s: float) -> None:
+        """Fix the window of an accumulator made without one (records added later are clipped to it).
+
+        Raises:
+            ValueError: A window was already set, or a job added so far ends after ``window_s``.
+        """
+        if self.window_s is not None:
+            raise ValueError(f"the window is already {self.window_s} s")
+        if self.max_end_s > window_s:
+            raise ValueError(f"a started job ends at {self.max_end_s} s, after the window {window_s} s "
+                             "given at the end; give the window when the run starts")
+        self.window_s = window_s
+
+    def summary(self, *, num_servers: int, window_s: float | None = None) -> dict[str, Any]:
+        """The metrics of :func:`summarise` for the records added so far.
+
+        Args:
+            num_servers: Servers in the cluster.
+            window_s: The window, if none was set before (see :meth:`set_window`).
+
+        Raises:
+            ValueError: No window at all, or as :meth:`set_window`.
+        """
+        if self.window_s is None:
+            if window_s is None:
+                raise ValueError("no measurement window: give window_s")
+            self.set_window(window_s)
+        assert self.window_s is not None
+        window_s = self.window_s
+        n = self.num_jobs
+        outcomes, sums = self.outcomes, {k: v.value for k, v in self._sums.items()}
+        num_completed, started = outcomes["completed"], self.num_started
+        num_accepted = num_completed + outcomes["running"]
+        w = window_s if window_s > 0 else NAN
+        num_blocked = outcomes["blocked"]
+        return {
+            "blocking_rate": num_blocked / n if n else NAN,
+            "acceptance_rate": num_accepted / n if n else NAN,
+            "num_jobs_arrived": n,
+            "num_jobs_accepted": num_accepted,
+            "num_jobs_completed": num_completed,
+            "num_jobs_blocked": num_blocked,
+            "num_jobs_running": outcomes["running"],
+            "num_jobs_unresolved": outcomes["unresolved"],
+            "num_jobs_started": started,
+            "blocked_by_reason": {k: self.reasons.get(k, 0) for k in ("rejected", "no_placement", "jct_target",
+                                                                      "running_at_horizon")},
+            "demand_throughput_Bps": sums["demand"] / w,
+            "cluster_throughput_Bps": sums["cluster"] / w,
+            "job_throughput_per_s": self.num_completed_in_window / w,
+            "mean_jct_s": sums["jct"] / num_completed if num_completed else NAN,
+            "mean_speedup": sums["speedup"] / num_completed if num_completed else NAN,
+            "mean_degree": self.sum_degree_started / started if started else NAN,
+            "mean_servers_per_job": self.sum_servers_started / started if started else NAN,
+            "mean_server_utilisation": sums["held"] / (num_servers * w),
+            "mean_compute_utilisation": sums["busy"] / (num_servers * w),
+            "mean_jobs_running": sums["running"] / w,
+            "window_s": window_s,
+        }
+
+
+def summarise(records: Iterable[JobRecord], *, window_s: float, num_servers: int) -> dict[str, Any]:
     """Run metrics from per-job records (spec §9), all time-averages over ``[0, window_s]``.
 
     Counts: every job has one outcome, so ``num_jobs_arrived = num_jobs_accepted +
@@ -124,48 +527,10 @@ def summarise(records: Sequence[JobRecord], *, window_s: float, num_servers: int
         window_s: Measurement window (the horizon).
         num_servers: Servers in the cluster.
     """
-    n = len(records)
-    outcomes = Counter(r.outcome for r in records)
-    reasons = Counter(r.block_reason for r in records if r.outcome == "blocked")
-    completed = [r for r in records if r.outcome == "completed"]
-    started = [r for r in records if r.started]
-    num_accepted = outcomes["completed"] + outcomes["running"]
-    demand = cluster = held = busy = running = 0.0
-    for r in started:
-        end = r.start_time_s + r.jct_s
-        overlap = max(0.0, min(end, window_s) - max(r.start_time_s, 0.0))
-        frac = overlap / r.jct_s if r.jct_s > 0 else 0.0
-        demand += r.demand_bytes * frac
-        cluster += r.cluster_bytes * frac
-        busy += r.busy_server_s * frac
-        held += r.num_servers * overlap
-        running += overlap
-    w = window_s if window_s > 0 else NAN
-    num_blocked = outcomes["blocked"]
-    return {
-        "blocking_rate": num_blocked / n if n else NAN,
-        "acceptance_rate": num_accepted / n if n else NAN,
-        "num_jobs_arrived": n,
-        "num_jobs_accepted": num_accepted,
-        "num_jobs_completed": outcomes["completed"],
-        "num_jobs_blocked": num_blocked,
-        "num_jobs_running": outcomes["running"],
-        "num_jobs_unresolved": outcomes["unresolved"],
-        "num_jobs_started": len(started),
-        "blocked_by_reason": {k: reasons.get(k, 0) for k in ("rejected", "no_placement", "jct_target",
-                                                             "running_at_horizon")},
-        "demand_throughput_Bps": demand / w,
-        "cluster_throughput_Bps": cluster / w,
-        "job_throughput_per_s": sum(1 for r in completed if r.completion_time_s <= window_s) / w,
-        "mean_jct_s": _mean([r.jct_s for r in completed]),
-        "mean_speedup": _mean([r.speedup for r in completed]),
-        "mean_degree": _mean([r.degree for r in started]),
-        "mean_servers_per_job": _mean([r.num_servers for r in started]),
-        "mean_server_utilisation": held / (num_servers * w),
-        "mean_compute_utilisation": busy / (num_servers * w),
-        "mean_jobs_running": running / w,
-        "window_s": window_s,
-    }
+    acc = SummaryAccumulator(window_s)
+    for r in records:
+        acc.add(r)
+    return acc.summary(num_servers=num_servers)
 
 
 def record_as_dict(record: JobRecord) -> dict[str, Any]:

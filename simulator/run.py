@@ -6,8 +6,11 @@ Examples::
     pacml-sim policy=fixed policy.degree=4 workload.graphs=path/to/graphs/
     pacml-sim -m policy=para_max,para_min,min_feasible beta=A,B,C,D seed=0,1,2
 
-Each run writes ``jobs.csv`` (one row per job) and ``summary.json`` into its Hydra output
-directory, beside ``.hydra/config.yaml``. A run whose ``summary.json`` already exists for the
+Each run writes ``jobs.csv`` (one row per job, by job id) and ``summary.json`` into its Hydra
+output directory, beside ``.hydra/config.yaml``. ``jobs.csv`` is streamed as the run goes
+(:class:`~simulator.records.CsvStreamSink`: memory holds the running jobs, not the episode) into
+a temporary file renamed when the run ends, and ``summary.json`` is written last, so a run that
+fails or is killed leaves neither. A run whose ``summary.json`` already exists for the
 same config is skipped (``skip_finished``), so an interrupted sweep resumes where it stopped.
 """
 
@@ -26,7 +29,7 @@ from tqdm import tqdm
 
 from simulator.build import build_policy, build_simulation
 from simulator.cli import HydraCommand, preflight, report_user_errors
-from simulator.records import write_run_files
+from simulator.records import CsvStreamSink, write_run_files
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +46,13 @@ def run_config(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | N
         The summary (also written as ``summary.json``).
     """
     out = Path(out_dir)
-    sim = build_simulation(cfg)
     policy = build_policy(cfg)
+    sink = CsvStreamSink(out / "jobs.csv")
+    try:
+        sim = build_simulation(cfg, sink=sink)
+    except BaseException:
+        sink.abort()
+        raise
     total = sim.horizon_s
     with tqdm(total=total, disable=not cfg.get("progress", True), unit="s", unit_scale=True,
               desc=f"{PROG} {choices.get('policy', '') if choices else ''}".strip(), leave=False,
@@ -55,7 +63,7 @@ def run_config(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | N
                          "mean_interarrival_s": cfg.get("mean_interarrival_s"),
                          "horizon_s": cfg.get("horizon_s")}
     summary["resolved_config"] = _comparable(cfg)
-    write_run_files(out, result.records, summary)
+    write_run_files(out, None, summary)  # jobs.csv is already in place
     return summary
 
 

@@ -17,14 +17,22 @@ End of horizon (spec §8.2), ``horizon_accounting``:
 
 Either way every job gets exactly one outcome (:data:`simulator.records.Outcome`): a job blocked
 for running at the horizon is not also accepted, so arrived = accepted + blocked + unresolved.
+
+Records: each job's record goes, once final, to a :class:`~simulator.records.RecordSink`
+(default :class:`~simulator.records.MemorySink`: ``records`` as always;
+:class:`~simulator.records.CsvStreamSink`: ``jobs.csv`` as the run goes, no records kept) and
+into running totals that give the summary. What the simulation itself keeps grows with the jobs
+running, not with the episode.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import math
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,7 +44,16 @@ from simulator.errors import ConfigError, InvalidDecision
 from simulator.feasibility import Feasibility, FeasibilityTable
 from simulator.placement import Placement
 from simulator.policy import Decision, Policy
-from simulator.records import NAN, BlockReason, JobRecord, Outcome, summarise
+from simulator.records import (
+    NAN,
+    BlockReason,
+    JobRecord,
+    MemorySink,
+    Outcome,
+    RecordSink,
+    SummaryAccumulator,
+    format_servers,
+)
 from simulator.topology import Block
 from workloads.jobs import JobSpec, Workload
 
@@ -59,7 +76,8 @@ class _CountingEnvironment(simpy.Environment):
 
 @dataclass
 class RunResult:
-    """What a finished run returns: per-job records and the summary metrics."""
+    """What a finished run returns: per-job records (sorted by job id; empty when the run
+    streamed them to a :class:`~simulator.records.CsvStreamSink`) and the summary metrics."""
 
     records: list[JobRecord]
     summary: dict[str, Any]
@@ -94,10 +112,13 @@ class Simulation:
         horizon_s: Last arrival time considered; ``None`` runs until the arrival process ends
             (trace replay).
         horizon_accounting: ``drain`` or ``paper`` (see module docstring).
+        sink: Where finished records go (default: a new :class:`~simulator.records.MemorySink`,
+            whose list is :attr:`records`).
     """
 
     def __init__(self, workload: Workload, feasibility: Feasibility, *, seed: int,
-                 horizon_s: float | None, horizon_accounting: HorizonAccounting = "drain") -> None:
+                 horizon_s: float | None, horizon_accounting: HorizonAccounting = "drain",
+                 sink: RecordSink | None = None) -> None:
         if horizon_s is not None and not (math.isfinite(horizon_s) and horizon_s > 0):
             raise ConfigError(f"must be a finite number > 0 or null, got {horizon_s!r}", field="horizon_s")
         if horizon_accounting not in ("drain", "paper"):
@@ -113,7 +134,10 @@ class Simulation:
         self.accounting: HorizonAccounting = horizon_accounting
         self.env = _CountingEnvironment()
         self.cluster = Cluster(self.topology)
-        self.records: list[JobRecord] = []
+        self.sink: RecordSink = MemorySink() if sink is None else sink
+        self.totals = SummaryAccumulator(horizon_s)
+        """Running totals of every record so far (the summary; the window is the horizon, or
+        the end time when there is none)."""
         self._jobs: Iterator[JobSpec] = workload.jobs(seed)
         self._pending: _Pending | None = None
         self._upcoming: JobSpec | None = None
@@ -125,6 +149,9 @@ class Simulation:
         self._num_arrived = 0
         self._first_arrival_s = 0.0
         self._finalized = False
+        # (end time, server mask) of running jobs, sorted: ClusterState.running without a sort.
+        self._running_sorted: list[tuple[float, int]] = []
+        self._live_state: weakref.ref[ClusterState] | None = None  # last state, while its running is lazy
         self._wall_start = time.perf_counter()
         self.env.process(self._arrivals())
         if horizon_accounting == "paper":
@@ -142,6 +169,7 @@ class Simulation:
             if self._num_arrived == 0:
                 self._first_arrival_s = self.env.now
             self._num_arrived += 1
+            self.sink.arrived(job.job_id)
             self._pending = _Pending(job, self.env.event())
             self._request.succeed(job)
             yield self._pending.answered
@@ -163,9 +191,26 @@ class Simulation:
             return
         self.cluster.release(run.job.job_id)
         del self._running[run.job.job_id]
-        self.records.append(self._record(run.job, run.degree, run.placement, "completed", "", run.jct_s,
-                                         run.start_s, self.env.now, run.cluster_bytes, run.busy_server_s))
+        self._freeze_state()
+        entry = (run.start_s + run.jct_s, run.placement.mask)
+        del self._running_sorted[bisect.bisect_left(self._running_sorted, entry)]
+        heap = self._ends  # drop finished jobs from the top (lazy deletion), keeping it ~running
+        while heap and heap[0][1] not in self._running:
+            heapq.heappop(heap)
+        self._resolve(self._record(run.job, run.degree, run.placement, "completed", "", run.jct_s,
+                                   run.start_s, self.env.now, run.cluster_bytes, run.busy_server_s))
         run.done.succeed()
+
+    @property
+    def records(self) -> list[JobRecord]:
+        """Records of the jobs resolved so far, kept by the sink (in the order they resolved
+        during the run, by job id once finalized); always empty with a streaming sink."""
+        return self.sink.records
+
+    def _resolve(self, record: JobRecord) -> None:
+        """A job's outcome is final: count it and hand its record to the sink."""
+        self.totals.add(record)
+        self.sink.add(record)
 
     # ------------------------------------------------------------------ driving API
     def next_job(self) -> JobSpec | None:
@@ -200,15 +245,31 @@ class Simulation:
         """Snapshot for the pending job's decision (includes its feasibility table)."""
         if self._pending is None or self._pending.table is None:
             raise RuntimeError("no job is waiting for a decision")
-        running = tuple(sorted((r.start_s + r.jct_s, r.placement.mask) for r in self._running.values()))
+        self._freeze_state()
         gaps = self._num_arrived - 1
         mean_gap = (self.env.now - self._first_arrival_s) / gaps if gaps > 0 else float("nan")
-        return ClusterState(time_s=self.env.now, topology=self.topology,
-                            occupied_mask=self.cluster.occupied_mask,
-                            num_running_jobs=self.cluster.num_running_jobs,
-                            feasibility=self._pending.table,
-                            horizon_s=self.horizon_s, mean_interarrival_s=mean_gap,
-                            running=running, horizon_accounting=self.accounting)
+        state = ClusterState(time_s=self.env.now, topology=self.topology,
+                             occupied_mask=self.cluster.occupied_mask,
+                             num_running_jobs=self.cluster.num_running_jobs,
+                             feasibility=self._pending.table,
+                             horizon_s=self.horizon_s, mean_interarrival_s=mean_gap,
+                             running_source=self._running_now, horizon_accounting=self.accounting)
+        self._live_state = weakref.ref(state)
+        return state
+
+    def _running_now(self) -> tuple[tuple[float, int], ...]:
+        """``(end_time_s, server_mask)`` of the running jobs, by end time (``ClusterState.running``,
+        built only when a policy reads it: most never do)."""
+        return tuple(self._running_sorted)
+
+    def _freeze_state(self) -> None:
+        """Before the running jobs change: if the last state handed out is still referenced (a
+        policy or driver kept it) and has not built its ``running`` yet, build it now, so that it
+        stays a snapshot of its decision; a dropped state costs nothing."""
+        ref, self._live_state = self._live_state, None
+        state = ref() if ref is not None else None
+        if state is not None and "running" not in state.__dict__:
+            state.__dict__["running"] = self._running_now()  # what the cached_property stores
 
     def apply(self, decision: Decision) -> JobRecord | None:
         """Apply ``decision`` to the pending job.
@@ -271,13 +332,15 @@ class Simulation:
         run = _Running(job, degree, placement, jct_s, self.env.now, cluster_bytes, busy_server_s,
                        self.env.event())
         self._running[job.job_id] = run
+        self._freeze_state()
+        bisect.insort(self._running_sorted, (run.start_s + jct_s, placement.mask))
         heapq.heappush(self._ends, (run.start_s + jct_s, job.job_id))
         self.env.process(self._run_job(run))
 
     def _blocked(self, job: JobSpec, degree: int, reason: BlockReason, placement: Placement | None = None,
                  jct_s: float = NAN) -> JobRecord:
         rec = self._record(job, degree, placement, "blocked", reason, jct_s, NAN, NAN, NAN, NAN)
-        self.records.append(rec)
+        self._resolve(rec)
         return rec
 
     def _record(self, job: JobSpec, degree: int, placement: Placement | None, outcome: Outcome,
@@ -288,7 +351,7 @@ class Simulation:
             job_id=job.job_id, model=job.model, arrival_time_s=job.arrival_time_s, beta=job.beta,
             sequential_jct_s=job.sequential_jct_s, max_jct_s=job.max_jct_s, degree=degree,
             num_servers=len(servers),
-            servers=" ".join(self.topology.server_name(s) for s in servers),
+            servers=format_servers(self.topology, servers),
             outcome=outcome, block_reason=reason, jct_s=jct_s, start_time_s=start_s,
             completion_time_s=end_s,
             speedup=job.sequential_jct_s / jct_s if jct_s and not math.isnan(jct_s) else NAN,
@@ -307,12 +370,16 @@ class Simulation:
             bind(self.workload)
         policy.reset(self.seed)
         shown = 0.0
-        while (job := self.next_job()) is not None:
-            self.apply(policy.decide(job, self.state()))
-            if progress is not None and self.env.now > shown:
-                progress.update(self.env.now - shown)
-                shown = self.env.now
-        return self.finalize()
+        try:
+            while (job := self.next_job()) is not None:
+                self.apply(policy.decide(job, self.state()))
+                if progress is not None and self.env.now > shown:
+                    progress.update(self.env.now - shown)
+                    shown = self.env.now
+            return self.finalize()
+        except BaseException:
+            self.sink.abort()  # e.g. a streamed jobs.csv is not left half written
+            raise
 
     def finalize(self) -> RunResult:
         """Close the books (end-of-horizon accounting) and summarise; call once the run is over."""
@@ -321,27 +388,26 @@ class Simulation:
         if self._pending is not None:
             raise RuntimeError("a job is still waiting for a decision")
         self._finalized = True
+        if self.horizon_s is None:  # the window is [0, now]: clip jobs a stopped run leaves running
+            self.totals.set_window(self.env.now)
         for run in sorted(self._running.values(), key=lambda r: r.job.job_id):
             if self.accounting == "paper":
-                self.records.append(self._record(run.job, run.degree, run.placement, "blocked",
-                                                 "running_at_horizon", run.jct_s, run.start_s, NAN,
-                                                 run.cluster_bytes, run.busy_server_s))
+                self._resolve(self._record(run.job, run.degree, run.placement, "blocked", "running_at_horizon",
+                                           run.jct_s, run.start_s, NAN, run.cluster_bytes, run.busy_server_s))
             else:
-                self.records.append(self._record(run.job, run.degree, run.placement, "running", "",
-                                                 run.jct_s, run.start_s, NAN, run.cluster_bytes,
-                                                 run.busy_server_s))
+                self._resolve(self._record(run.job, run.degree, run.placement, "running", "",
+                                           run.jct_s, run.start_s, NAN, run.cluster_bytes, run.busy_server_s))
         upcoming = self._upcoming
         if upcoming is not None and self.horizon_s is not None and upcoming.arrival_time_s <= self.horizon_s:
-            self.records.append(self._record(upcoming, 0, None, "unresolved", "", NAN, NAN, NAN, NAN, NAN))
-        self.records.sort(key=lambda r: r.job_id)
-        window = self.horizon_s if self.horizon_s is not None else self.env.now
-        summary = summarise(self.records, window_s=window, num_servers=self.topology.num_servers)
+            self._resolve(self._record(upcoming, 0, None, "unresolved", "", NAN, NAN, NAN, NAN, NAN))
+        self.sink.close()
+        summary = self.totals.summary(num_servers=self.topology.num_servers)
         wall = time.perf_counter() - self._wall_start
         summary.update({
             "wall_time_s": wall,
             "events_simulated": self.env.events_processed,
             "events_per_s": self.env.events_processed / wall if wall > 0 else NAN,
-            "jobs_per_s": len(self.records) / wall if wall > 0 else NAN,
+            "jobs_per_s": self.totals.num_jobs / wall if wall > 0 else NAN,
             "num_decisions": self._decided,
             "seed": self.seed,
             "horizon_accounting": self.accounting,
