@@ -306,7 +306,7 @@ class Simulation:
                     record = self._blocked(job, degree, "jct_target", placement, jct)
                 else:
                     self._start(job, degree, placement, jct,
-                                self.feasibility.step_model.partitioner.partition(job.graph, degree).total_bytes,
+                                self.feasibility.step_model.partitioner.total_bytes(job.graph, degree),
                                 step.compute_s * job.num_training_steps)
         self._pending = None
         self._decided += 1
