@@ -14,6 +14,8 @@ Everything is computed lazily and cached, so a policy pays only for what it asks
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -24,6 +26,7 @@ from numpy.typing import NDArray
 from simulator.placement import OpPlacer, Placement
 from simulator.step_model import StepModel, StepResult
 from simulator.topology import Block, RampTopology
+from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec
 
 #: Relative slack on the JCT test, so that a job whose JCT equals its target up to float
@@ -51,6 +54,29 @@ class Feasibility:
         self.topology = topology
         self.placer = placer
         self.step_model = step_model
+        self._best_step_s: dict[tuple[str, int], float] = {}
+
+    @property
+    def jct_depends_on_shape_only(self) -> bool:
+        """Whether a job's JCT at a degree depends only on its block's shape: mode ``block`` with
+        first fit (placements are shifted per shape) on a cluster of one GPU kind."""
+        return (self.placer.mode == "block" and self.placer.shifts_placements
+                and not self.topology.heterogeneous)
+
+    def best_step_s(self, graph: TrainingGraph, degree: int) -> float:
+        """The shortest step time of ``graph`` at ``degree`` over every block shape of ``degree``
+        (``inf`` if it fits none); cached per graph and degree. Only meaningful when
+        :attr:`jct_depends_on_shape_only`: then no placement at ``degree`` can be faster."""
+        key = (graph.fingerprint, degree)
+        found = self._best_step_s.get(key)
+        if found is None:
+            found = math.inf
+            for shape in self.topology.search_shapes(degree):
+                placement = self.placer.place_in_block(graph, degree, self.topology.block_at(shape, (0, 0, 0)))
+                if placement is not None:
+                    found = min(found, self.step_model.step(graph, degree, placement).step_time_s)
+            self._best_step_s[key] = found
+        return found
 
     @property
     def degrees(self) -> tuple[int, ...]:
@@ -133,7 +159,17 @@ class FeasibilityTable:
         return None if step is None else step.step_time_s * self.job.num_training_steps
 
     def meets_target(self, degree: int, block: Block | None = None) -> bool:
-        """Placeable and ``JCT <= beta x sequential JCT``."""
+        """Placeable and ``JCT <= beta x sequential JCT``.
+
+        When the JCT depends only on the block's shape (:attr:`Feasibility.jct_depends_on_shape_only`)
+        and this degree has not been looked ahead yet, a degree whose fastest shape misses the
+        target is refused without searching for a free block (exact: every placement is slower).
+        """
+        engine = self.engine
+        if (degree, None if block is None else block.mask) not in self._steps and engine.jct_depends_on_shape_only:
+            best_s = engine.best_step_s(self.job.graph, degree)
+            if not (best_s < math.inf and meets_target(best_s * self.job.num_training_steps, self.job.max_jct_s)):
+                return False
         jct = self.jct_s(degree, block)
         return jct is not None and meets_target(jct, self.job.max_jct_s)
 
@@ -141,8 +177,9 @@ class FeasibilityTable:
         """The job would be accepted at ``degree`` (placed now and meeting its target)."""
         return self.meets_target(degree, block)
 
-    def free_blocks(self, degree: int) -> tuple[Block, ...]:
-        """Candidate blocks of ``degree`` servers free of other jobs (for learned placement)."""
+    def free_blocks(self, degree: int) -> Sequence[Block]:
+        """Candidate blocks of ``degree`` servers free of other jobs, in first-fit order (for learned
+        placement; a lazy sequence: slice it rather than read every block of a big cluster)."""
         self._check(degree)
         return self.engine.placer.free_blocks(degree, self.occupied_mask)
 
