@@ -166,7 +166,7 @@ def _fill_option(row: NDArray[np.float32], job: JobSpec, state: ClusterState, de
     row[1] = degree / max_degree
     row[2] = 1.0
     row[3] = float(table.enough_servers(degree))
-    all_blocks = len(state.topology.blocks(degree))
+    all_blocks = state.topology.num_blocks(degree)  # by formula: blocks are not enumerated
     row[9] = len(table.free_blocks(degree)) / all_blocks if all_blocks else 0.0
     placement = table.placement(degree, block)
     if placement is None:
