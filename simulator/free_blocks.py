@@ -148,13 +148,19 @@ class FreeBlockIndex:
                              topo.shape_array(n), c0, r0, s0, R, S, out_shape, out_origin)
         return shapes, out_shape[:count], out_origin[:count]
 
-    def first(self, n: int) -> Block | None:
-        """The first free block of ``n`` servers in first-fit order, or ``None``."""
+    def first_origin(self, n: int) -> tuple[Shape, int] | None:
+        """Shape and origin server of the first free block of ``n`` servers, or ``None`` (the
+        block itself is not made: at 65,536 servers its mask alone is 8 KB)."""
         found = self._blocks.get(n)
         if found is not None:
-            return found[0] if found else None
+            return found.origin(0) if found else None
         shapes, rows, origins = self._search(n, 1)
-        return self.topology.block_from_server(shapes[int(rows[0])], int(origins[0])) if origins.shape[0] else None
+        return (shapes[int(rows[0])], int(origins[0])) if origins.shape[0] else None
+
+    def first(self, n: int) -> Block | None:
+        """The first free block of ``n`` servers in first-fit order, or ``None``."""
+        found = self.first_origin(n)
+        return None if found is None else self.topology.block_from_server(*found)
 
     def blocks(self, n: int) -> BlockList:
         """Every free block of ``n`` servers, in first-fit order (a lazy sequence; cached)."""
@@ -185,6 +191,10 @@ class BlockList(Sequence[Block]):
 
     def __bool__(self) -> bool:
         return self._origins.shape[0] > 0
+
+    def origin(self, index: int) -> tuple[Shape, int]:
+        """Shape and origin server of block ``index`` (without making the block)."""
+        return self._shapes[int(self._rows[index])], int(self._origins[index])
 
     def _block(self, index: int) -> Block:
         found = self._made.get(index)

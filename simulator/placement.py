@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 
 from simulator.free_blocks import FreeBlockIndex, Region
 from simulator.partition import Partitioner
-from simulator.topology import Block, RampTopology
+from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph, topological_order
 
 if TYPE_CHECKING:  # the op placer imports this module
@@ -249,11 +249,10 @@ class OpPlacer:
             block: Restrict the job to these servers (``None``: the mode decides).
         """
         if self.shifts_placements and (block is not None or self.mode == "block"):
-            if block is None:
-                block = self.first_fit_block(degree, occupied_mask)
-            elif block.mask & occupied_mask:
-                return None
-            return None if block is None else self.place_in_block(graph, degree, block)
+            if block is not None:
+                return None if block.mask & occupied_mask else self.place_in_block(graph, degree, block)
+            found = self.free_index(self.topology.all_servers_mask & ~occupied_mask).first_origin(degree)
+            return None if found is None else self._place_shifted(graph, degree, *found)
         key = (graph.fingerprint, degree, occupied_mask, None if block is None else block.mask, self.op_placer_name)
         if key in self._cache:
             return self._cache[key]
@@ -279,12 +278,23 @@ class OpPlacer:
         """First-fit placement of ``graph`` at ``degree`` inside ``block`` (all its servers free),
         shifted from the first one computed for a block of its shape (and kinds); ``None`` if it
         does not fit. Needs first fit (no op placer)."""
-        kinds = None if self._kind_list is None else tuple(self._kind_list[s] for s in block.servers)
-        key = (graph.fingerprint, degree, block.shape, kinds)
-        origin = block.servers[0]
+        return self._place_shifted(graph, degree, block.shape, block.servers[0], block)
+
+    def _place_shifted(self, graph: TrainingGraph, degree: int, shape: Shape, origin: int,
+                       block: Block | None = None) -> Placement | None:
+        """:meth:`place_in_block` for the block of ``shape`` at server ``origin`` (made only when
+        this shape, graph and degree are placed for the first time)."""
+        topo = self.topology
+        kinds = None
+        if self._kind_list is not None:
+            offsets, _ = topo.pattern(shape)
+            kinds = tuple(self._kind_list[origin + s] for s in offsets)
+        key = (graph.fingerprint, degree, shape, kinds)
         if key in self._relative:
             rel = self._relative[key]
             return None if rel is None else rel.at(origin)
+        if block is None:
+            block = topo.block_from_server(shape, origin)
         result = self._place(graph, degree, block.mask, block_region(block))
         if result is not None and not self.partitioner.split_ops:
             result = self._hold_block(result, block)
