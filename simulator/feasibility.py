@@ -56,6 +56,11 @@ class Feasibility:
         self.step_model = step_model
         self._best_step_s: dict[tuple[str, int], float] = {}
 
+    @cached_property
+    def degree_array(self) -> NDArray[np.int64]:
+        """:attr:`degrees` as an array."""
+        return np.array(self.topology.degrees, dtype=np.int64)
+
     @property
     def jct_depends_on_shape_only(self) -> bool:
         """Whether a job's JCT at a degree depends only on its block's shape: mode ``block`` with
@@ -192,6 +197,10 @@ class FeasibilityTable:
         top = max(self.engine.degrees) if max_degree is None else max_degree
         out = np.zeros(top + 1, dtype=bool)
         out[0] = True
+        if kind == "paper":  # every offered degree up to the free servers: one vectorised test
+            degrees = self.engine.degree_array
+            out[degrees[degrees <= min(top, self.num_free_servers)]] = True
+            return out
         test = {"paper": self.enough_servers,
                 "placeable": lambda d: self.placement(d) is not None,
                 "feasible": self.feasible}[kind]

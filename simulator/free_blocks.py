@@ -36,12 +36,15 @@ def box_prefix(busy: NDArray[np.uint8]) -> NDArray[np.int32]:
     """``P[i, j, k]`` = busy servers in ``[0, i) x [0, j) x [0, k)``; shape ``(C+1, R+1, S+1)``."""
     C, R, S = busy.shape
     P = np.zeros((C + 1, R + 1, S + 1), dtype=np.int32)
-    for i in range(C):
+    for i in range(C):  # plane i+1 = plane i + the 2-D prefix of busy[i] (one pass, no 8-term sums)
         for j in range(R):
+            acc = 0
             for k in range(S):
-                P[i + 1, j + 1, k + 1] = (busy[i, j, k] + P[i, j + 1, k + 1] + P[i + 1, j, k + 1]
-                                          + P[i + 1, j + 1, k] - P[i, j, k + 1] - P[i, j + 1, k]
-                                          - P[i + 1, j, k] + P[i, j, k])
+                acc += busy[i, j, k]
+                P[i + 1, j + 1, k + 1] = acc + P[i + 1, j, k + 1]
+        for j in range(R + 1):
+            for k in range(S + 1):
+                P[i + 1, j, k] += P[i, j, k]
     return P
 
 
@@ -112,6 +115,7 @@ class FreeBlockIndex:
         self.allowed_mask = allowed_mask
         C, R, S = topology.shape
         self.region: Region = (0, C, 0, R, 0, S) if region is None else region
+        self._whole = self.region == (0, C, 0, R, 0, S)
         n = topology.num_servers
         bits = np.unpackbits(np.frombuffer(allowed_mask.to_bytes((n + 7) // 8, "little"), dtype=np.uint8),
                              count=n, bitorder="little")
@@ -133,7 +137,7 @@ class FreeBlockIndex:
         """Free blocks of ``n`` servers (the first ``limit``): shapes, each block's shape row and origin server."""
         topo = self.topology
         shapes = topo.search_shapes(n)
-        size = sum(self._num_origins(shape) for shape in shapes)
+        size = topo.num_blocks(n) if self._whole else sum(self._num_origins(shape) for shape in shapes)
         if limit is not None:
             size = min(size, limit)
         out_shape = np.empty(size, dtype=np.int64)

@@ -112,6 +112,7 @@ class RampTopology:
         self._shapes: dict[int, tuple[Shape, ...]] = {}
         self._patterns: dict[Shape, tuple[tuple[int, ...], int]] = {}
         self._shape_arrays: dict[int, NDArray[np.int64]] = {}
+        self._num_blocks: dict[int, int] = {}
         self._made: dict[tuple[Shape, int], Block] | None = {} if self.num_servers <= self.MATERIALISE_MAX_SERVERS else None
 
     def _set_server_kinds(self, server_kinds: Sequence[Mapping[str, Any]] | None) -> None:
@@ -320,8 +321,11 @@ class RampTopology:
                         yield self.block_from_server(shape, (i * R + j) * S + k)
 
     def num_blocks(self, n: int) -> int:
-        """How many blocks of ``n`` servers there are (``len(blocks(n))``, by formula)."""
-        return sum(math.prod(self.origin_ranges(shape)) for shape in self.search_shapes(n))
+        """How many blocks of ``n`` servers there are (``len(blocks(n))``, by formula; cached)."""
+        found = self._num_blocks.get(n)
+        if found is None:
+            found = self._num_blocks[n] = sum(math.prod(self.origin_ranges(shape)) for shape in self.search_shapes(n))
+        return found
 
     def blocks(self, n: int) -> tuple[Block, ...]:
         """Every block of ``n`` servers, in the original's first-fit scan order.
