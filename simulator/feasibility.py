@@ -15,7 +15,7 @@ Everything is computed lazily and cached, so a policy pays only for what it asks
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -54,7 +54,12 @@ class Feasibility:
         self.topology = topology
         self.placer = placer
         self.step_model = step_model
-        self._best_step_s: dict[tuple[str, int], float] = {}
+        self._shape_steps: dict[tuple[str, int], list] = {}
+
+    @cached_property
+    def degree_set(self) -> frozenset[int]:
+        """:attr:`degrees` as a set (a membership test per query; ~300 degrees at 65,536 servers)."""
+        return frozenset(self.topology.degrees)
 
     @cached_property
     def degree_array(self) -> NDArray[np.int64]:
@@ -68,20 +73,32 @@ class Feasibility:
         return (self.placer.mode == "block" and self.placer.shifts_placements
                 and not self.topology.heterogeneous)
 
-    def best_step_s(self, graph: TrainingGraph, degree: int) -> float:
-        """The shortest step time of ``graph`` at ``degree`` over every block shape of ``degree``
-        (``inf`` if it fits none); cached per graph and degree. Only meaningful when
-        :attr:`jct_depends_on_shape_only`: then no placement at ``degree`` can be faster."""
+    def some_shape_may_meet(self, graph: TrainingGraph, degree: int, meets: Callable[[float], bool]) -> bool:
+        """Whether a block of some shape of ``degree`` gives a step time that ``meets`` accepts.
+
+        Shapes are looked ahead lazily, in first-fit order (the first is the one first fit
+        usually picks, so its lookahead is the one the job needs anyway), and stop at the first
+        accepted; the best step time so far and the shapes done are cached per graph and degree,
+        so a hopeless degree costs every shape's lookahead once per episode and a dict lookup
+        after. Only meaningful when :attr:`jct_depends_on_shape_only`: then ``False`` means no
+        placement at ``degree`` is accepted.
+        """
         key = (graph.fingerprint, degree)
-        found = self._best_step_s.get(key)
-        if found is None:
-            found = math.inf
-            for shape in self.topology.search_shapes(degree):
-                placement = self.placer.place_in_block(graph, degree, self.topology.block_at(shape, (0, 0, 0)))
-                if placement is not None:
-                    found = min(found, self.step_model.step(graph, degree, placement).step_time_s)
-            self._best_step_s[key] = found
-        return found
+        state = self._shape_steps.get(key)
+        if state is None:
+            state = self._shape_steps[key] = [math.inf, 0]  # best step time, shapes looked ahead
+        if meets(state[0]):
+            return True
+        shapes = self.topology.search_shapes(degree)
+        while state[1] < len(shapes):
+            block = self.topology.block_at(shapes[state[1]], (0, 0, 0))
+            placement = self.placer.place_in_block(graph, degree, block)
+            state[1] += 1
+            if placement is not None:
+                state[0] = min(state[0], self.step_model.step(graph, degree, placement).step_time_s)
+                if meets(state[0]):
+                    return True
+        return False
 
     @property
     def degrees(self) -> tuple[int, ...]:
@@ -134,12 +151,12 @@ class FeasibilityTable:
         return self.engine.degrees
 
     def _check(self, degree: int) -> None:
-        if degree not in self.engine.degrees:
+        if degree not in self.engine.degree_set:
             raise ValueError(f"degree {degree} is not in the action set {self.engine.degrees}")
 
     def enough_servers(self, degree: int) -> bool:
         """The original's mask: ``degree`` is offered and ``<=`` the free servers (spec §8.3)."""
-        return degree in self.engine.degrees and degree <= self.num_free_servers
+        return degree in self.engine.degree_set and degree <= self.num_free_servers
 
     def placement(self, degree: int, block: Block | None = None) -> Placement | None:
         """First-fit placement at ``degree`` (inside ``block`` if given), or ``None``."""
@@ -172,8 +189,8 @@ class FeasibilityTable:
         """
         engine = self.engine
         if (degree, None if block is None else block.mask) not in self._steps and engine.jct_depends_on_shape_only:
-            best_s = engine.best_step_s(self.job.graph, degree)
-            if not (best_s < math.inf and meets_target(best_s * self.job.num_training_steps, self.job.max_jct_s)):
+            steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
+            if not engine.some_shape_may_meet(self.job.graph, degree, lambda step_s: meets_target(step_s * steps, max_jct_s)):
                 return False
         jct = self.jct_s(degree, block)
         return jct is not None and meets_target(jct, self.job.max_jct_s)

@@ -123,6 +123,8 @@ class FreeBlockIndex:
         busy = (1 - bits).reshape(C, R, S)[c0:c1, r0:r1, s0:s1]
         self._busy = np.ascontiguousarray(busy)
         self._box = box_prefix(self._busy)
+        self.num_free = self._busy.size - int(self._box[-1, -1, -1])
+        """Free servers in the region."""
         self._diagonal: NDArray[np.int32] | None = None
         self._blocks: dict[int, BlockList] = {}
 
@@ -140,6 +142,8 @@ class FreeBlockIndex:
         size = topo.num_blocks(n) if self._whole else sum(self._num_origins(shape) for shape in shapes)
         if limit is not None:
             size = min(size, limit)
+        if self.num_free < n:  # exact and O(1): too few free servers for any block
+            size = 0
         out_shape = np.empty(size, dtype=np.int64)
         out_origin = np.empty(size, dtype=np.int64)
         if not size:

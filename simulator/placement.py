@@ -110,37 +110,37 @@ class _Relative:
 
     Blocks never wrap around, so a block of the same shape elsewhere holds the same servers shifted
     by the difference of origin servers; first fit inside it (all its servers free, every sub-block
-    shifted alike, in the same order) gives the shifted placement, with the same signature.
+    shifted alike, in the same order) gives the shifted placement, with the same signature. The
+    distinct server tuples of the ops (chained ops share their parent's) are kept once, flat.
     """
 
-    __slots__ = ("op_offsets", "server_offsets", "mask", "signature", "size_bytes")
+    __slots__ = ("flat", "bounds", "op_index", "server_offsets", "mask", "signature", "size_bytes")
 
     def __init__(self, placement: Placement, origin_server: int) -> None:
-        shifted: dict[int, tuple[int, ...]] = {}  # by id: chained ops share their parent's tuple
-        ops = []
+        distinct: dict[tuple[int, ...], int] = {}
+        op_index = []
         for servers in placement.op_servers:
-            found = shifted.get(id(servers))
-            if found is None:
-                found = shifted[id(servers)] = tuple(s - origin_server for s in servers)
-            ops.append(found)
-        self.op_offsets: tuple[tuple[int, ...], ...] = tuple(ops)
-        self.server_offsets = tuple(s - origin_server for s in placement.servers)
+            op_index.append(distinct.setdefault(servers, len(distinct)))
+        flat: list[int] = []
+        bounds = []
+        for servers in distinct:
+            bounds.append((len(flat), len(flat) + len(servers)))
+            flat += servers
+        self.flat = np.array(flat, dtype=np.int64) - origin_server
+        self.bounds = tuple(bounds)
+        self.op_index = tuple(op_index)
+        self.server_offsets = np.array(placement.servers, dtype=np.int64) - origin_server
         self.mask = placement.mask >> origin_server
         self.signature = placement.signature
-        # Rough footprint for the cache's byte bound: shared tuples once, 8 bytes an int.
-        self.size_bytes = 200 + 8 * (len(ops) + sum(map(len, shifted.values())) + len(self.server_offsets)) \
-            + self.mask.bit_length() // 8
+        # Rough footprint for the cache's byte bound.
+        self.size_bytes = 300 + 8 * (len(flat) + len(op_index) + len(placement.servers)) + self.mask.bit_length() // 8
 
     def at(self, origin_server: int) -> Placement:
         """The placement in the block of the same shape whose origin is ``origin_server``."""
-        shifted: dict[int, tuple[int, ...]] = {}
-        ops = []
-        for offsets in self.op_offsets:
-            found = shifted.get(id(offsets))
-            if found is None:
-                found = shifted[id(offsets)] = tuple(origin_server + s for s in offsets)
-            ops.append(found)
-        return Placement(tuple(ops), tuple(origin_server + s for s in self.server_offsets),
+        flat = (self.flat + origin_server).tolist()
+        distinct = [tuple(flat[a:b]) for a, b in self.bounds]
+        return Placement(tuple([distinct[i] for i in self.op_index]),
+                         tuple((self.server_offsets + origin_server).tolist()),
                          self.mask << origin_server, self.signature)
 
 
@@ -197,7 +197,7 @@ class OpPlacer:
         self._allowed_bytes = 0
         self._relative: dict[tuple, _Relative | None] = {}
         self._relative_bytes = 0
-        self._indexes: dict[Region | None, FreeBlockIndex] = {}
+        self._indexes: list[FreeBlockIndex | None] = [None, None]  # whole cluster, last region
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
 
     @property
@@ -220,13 +220,13 @@ class OpPlacer:
         return self._structure[key]
 
     def free_index(self, allowed: int, region: Region | None = None) -> FreeBlockIndex:
-        """The free-block search of the servers in ``allowed`` (the last one per region is kept:
-        a decision asks several degrees of one occupancy)."""
-        index = self._indexes.get(region)
-        if index is None or index.allowed_mask != allowed:
-            if len(self._indexes) >= 64:
-                self._indexes.clear()
-            index = self._indexes[region] = FreeBlockIndex(self.topology, allowed, region)
+        """The free-block search of the servers in ``allowed`` (inside ``region``). The last one of
+        the whole cluster is kept (a decision asks several degrees of one occupancy), and the last
+        one of a region (a job's block, while its ops are placed)."""
+        slot = region is not None
+        index = self._indexes[slot]
+        if index is None or index.allowed_mask != allowed or (slot and index.region != region):
+            index = self._indexes[slot] = FreeBlockIndex(self.topology, allowed, region)
         return index
 
     def first_fit_block(self, degree: int, occupied_mask: int) -> Block | None:
@@ -309,7 +309,11 @@ class OpPlacer:
 
     def _allowed_blocks(self, n: int, allowed: int, region: Region | None = None) -> Sequence[Block]:
         """Blocks of ``n`` servers that lie inside ``allowed`` (and ``region``), in first-fit order
-        (cached; a tuple on a small cluster, where the per-op scans iterate them often)."""
+        (cached; a tuple on a small cluster, where the per-op scans iterate them often). Inside a
+        region (a job's block) the region's own search keeps them: its blocks are of no use to
+        another job."""
+        if region is not None:
+            return self.free_index(allowed, region).blocks(n)
         key = (n, allowed, region)
         found = self._allowed_cache.get(key)
         if found is None:
@@ -383,4 +387,4 @@ class OpPlacer:
         self._allowed_bytes = 0
         self._relative.clear()
         self._relative_bytes = 0
-        self._indexes.clear()
+        self._indexes = [None, None]

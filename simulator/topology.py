@@ -113,6 +113,7 @@ class RampTopology:
         self._patterns: dict[Shape, tuple[tuple[int, ...], int]] = {}
         self._shape_arrays: dict[int, NDArray[np.int64]] = {}
         self._num_blocks: dict[int, int] = {}
+        self._search: dict[int, tuple[Shape, ...]] = {}
         self._made: dict[tuple[Shape, int], Block] | None = {} if self.num_servers <= self.MATERIALISE_MAX_SERVERS else None
 
     def _set_server_kinds(self, server_kinds: Sequence[Mapping[str, Any]] | None) -> None:
@@ -298,7 +299,10 @@ class RampTopology:
         """The shapes of :meth:`block_shapes` that give blocks not given by an earlier shape:
         a diagonal of one server is the ``(1, 1, 1)`` box (for ``n >= 2`` no two shapes share a
         server set: a box's extent is its shape, and a diagonal spans ``n`` groups and ``n`` racks)."""
-        return tuple(s for s in self.block_shapes(n) if not (n == 1 and s[2] == -1))
+        found = self._search.get(n)
+        if found is None:
+            found = self._search[n] = tuple(s for s in self.block_shapes(n) if not (n == 1 and s[2] == -1))
+        return found
 
     def shape_array(self, n: int) -> NDArray[np.int64]:
         """:meth:`search_shapes` as a read-only ``(num_shapes, 3)`` array (for compiled searches; cached)."""
