@@ -148,12 +148,20 @@ class FreeBlockIndex:
         out_origin = np.empty(size, dtype=np.int64)
         if not size:
             return shapes, out_shape, out_origin
-        if self._diagonal is None and any(z == -1 for _, _, z in shapes):
-            self._diagonal = diagonal_prefix(self._busy)
         c0, _, r0, _, s0, _ = self.region
         _, R, S = topo.shape
-        count = free_origins(self._box, self._box if self._diagonal is None else self._diagonal,
-                             topo.shape_array(n), c0, r0, s0, R, S, out_shape, out_origin)
+        rows = topo.shape_array(n)
+        # The diagonal prefix is built only when the scan reaches the diagonal shape (a first-fit
+        # search usually stops at a box before it).
+        diagonal = next((q for q, (_, _, z) in enumerate(shapes) if z == -1), len(shapes))
+        count = free_origins(self._box, self._box, rows[:diagonal], c0, r0, s0, R, S, out_shape, out_origin)
+        if count < size and diagonal < len(shapes):
+            if self._diagonal is None:
+                self._diagonal = diagonal_prefix(self._busy)
+            more = free_origins(self._box, self._diagonal, rows[diagonal:], c0, r0, s0, R, S,
+                                out_shape[count:], out_origin[count:])
+            out_shape[count:count + more] += diagonal
+            count += more
         return shapes, out_shape[:count], out_origin[:count]
 
     def first_origin(self, n: int) -> tuple[Shape, int] | None:

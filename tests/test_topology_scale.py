@@ -217,3 +217,14 @@ def test_65536_servers_first_fit_of_1024() -> None:
         c, r, k = topo.coords[s]
         if c + 1 < 64:
             assert topo.block_at((2, 1, 1), (c, r, k)).mask & busy
+
+
+def test_only_a_diagonal_is_free() -> None:
+    """The diagonal is searched only after every box shape of the degree failed."""
+    topo = topology("ramp32")
+    diagonal = topo.block_at((4, 4, -1), (0, 0, 0))
+    index = FreeBlockIndex(topo, diagonal.mask)
+    assert index.first(4) == diagonal
+    assert index.first(2) == topo.block_at((2, 2, -1), (0, 0, 0))
+    assert tuple(index.blocks(2)) == tuple(topo.block_at((2, 2, -1), (t, t, 0)) for t in range(3))
+    assert index.first(3) == topo.block_at((3, 3, -1), (0, 0, 0)) and index.first(8) is None
