@@ -320,7 +320,7 @@ class OpPlacer:
             found = self.free_index(allowed, region).blocks(n)
             if self._small:
                 found = tuple(found)
-            size = self._mask_bytes + 200 + 8 * len(found)
+            size = self._mask_bytes + 200 + 16 * len(found)  # shape rows and origins
             if len(self._allowed_cache) >= self.MAX_CACHE_ENTRIES or self._allowed_bytes + size > self.MAX_CACHE_BYTES:
                 self._allowed_cache.clear()
                 self._allowed_bytes = 0

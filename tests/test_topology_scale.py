@@ -228,3 +228,18 @@ def test_only_a_diagonal_is_free() -> None:
     assert index.first(2) == topo.block_at((2, 2, -1), (0, 0, 0))
     assert tuple(index.blocks(2)) == tuple(topo.block_at((2, 2, -1), (t, t, 0)) for t in range(3))
     assert index.first(3) == topo.block_at((3, 3, -1), (0, 0, 0)) and index.first(8) is None
+
+
+def test_free_blocks_is_a_lazy_sequence() -> None:
+    topo = topology("3x5x4")
+    placer = build_feasibility(topo, PHYSICAL).placer
+    occupied = random_mask(topo, 3, 0.3)
+    expected = tuple(b for b in reference_blocks(topo, 4) if not b.mask & occupied)
+    got = FreeBlockIndex(topo, topo.all_servers_mask & ~occupied).blocks(4)
+    assert len(got) == len(expected) > 2
+    assert got[-1] == expected[-1] and got[1] == expected[1] and got[::2] == expected[::2]
+    with pytest.raises(IndexError):
+        got[len(expected)]
+    assert list(placer.free_blocks(4, occupied)) == list(expected)
+    assert not FreeBlockIndex(topo, 0).blocks(1) and FreeBlockIndex(topo, 0).first(1) is None
+    assert topo.find_block(()) is None and topo.find_block((topo.num_servers,)) is None
