@@ -234,7 +234,8 @@ def candidate_features(job: JobSpec, state: ClusterState, candidates: list[tuple
                                  c / C, r / R, (k % S) / S, 0.0]
         if d not in free_before:
             free_before[d] = len(state.feasibility.free_blocks(d))
-        after = sum(1 for b in state.feasibility.free_blocks(d) if not b.mask & block.mask)
+        # Blocks free once this one is taken, counted by a search (not by reading every free block).
+        after = len(state.feasibility.engine.placer.free_blocks(d, state.feasibility.occupied_mask | block.mask))
         row[-1] = after / free_before[d] if free_before[d] else 0.0
     return out
 

@@ -189,7 +189,7 @@ class FreeBlockIndex:
 
 class BlockList(Sequence[Block]):
     """A first-fit-ordered sequence of blocks, given by their shapes and origin servers; a block is
-    made (servers tuple, mask) only when read, and kept.
+    made (servers tuple, mask) only when read.
 
     Indexing, slicing (a tuple), ``len``, iteration and truth work as on a tuple of blocks.
     """
@@ -200,7 +200,6 @@ class BlockList(Sequence[Block]):
         self._shapes = shapes
         self._rows = rows
         self._origins = origins
-        self._made: dict[int, Block] = {}
 
     def __len__(self) -> int:
         return self._origins.shape[0]
@@ -213,11 +212,9 @@ class BlockList(Sequence[Block]):
         return self._shapes[int(self._rows[index])], int(self._origins[index])
 
     def _block(self, index: int) -> Block:
-        found = self._made.get(index)
-        if found is None:
-            found = self._made[index] = self.topology.block_from_server(
-                self._shapes[int(self._rows[index])], int(self._origins[index]))
-        return found
+        # Not kept: on a big cluster a block's mask is 8 KB and a list may hold ~10^5 blocks
+        # (the topology keeps the blocks of a small cluster).
+        return self.topology.block_from_server(self._shapes[int(self._rows[index])], int(self._origins[index]))
 
     @overload
     def __getitem__(self, index: int) -> Block: ...
