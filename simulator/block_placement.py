@@ -63,6 +63,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from simulator.errors import ConfigError
+from simulator.free_blocks import FreeBlockIndex
 from simulator.partition import Partitioner
 from simulator.place.devices import ramp_block_devices
 from simulator.place.objectives import StepObjective
@@ -270,8 +271,8 @@ class BlockOpPlacer:
         found = self._sub_blocks.get(key)
         if found is None:
             local = {s: i for i, s in enumerate(block_servers)}
-            found = tuple(tuple(local[s] for s in b.servers) for b in self.topology.blocks(n)
-                          if all(s in local for s in b.servers))
+            inside = sum(1 << s for s in block_servers)  # searched, not filtered from every block
+            found = tuple(tuple(local[s] for s in b.servers) for b in FreeBlockIndex(self.topology, inside).blocks(n))
             if len(self._sub_blocks) >= self.MAX_CACHE_ENTRIES:
                 self._sub_blocks.clear()
             self._sub_blocks[key] = found

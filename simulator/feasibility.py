@@ -14,6 +14,8 @@ Everything is computed lazily and cached, so a policy pays only for what it asks
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -24,6 +26,7 @@ from numpy.typing import NDArray
 from simulator.placement import OpPlacer, Placement
 from simulator.step_model import StepModel, StepResult
 from simulator.topology import Block, RampTopology
+from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec
 
 #: Relative slack on the JCT test, so that a job whose JCT equals its target up to float
@@ -51,6 +54,51 @@ class Feasibility:
         self.topology = topology
         self.placer = placer
         self.step_model = step_model
+        self._shape_steps: dict[tuple[str, int], list] = {}
+
+    @cached_property
+    def degree_set(self) -> frozenset[int]:
+        """:attr:`degrees` as a set (a membership test per query; ~300 degrees at 65,536 servers)."""
+        return frozenset(self.topology.degrees)
+
+    @cached_property
+    def degree_array(self) -> NDArray[np.int64]:
+        """:attr:`degrees` as an array."""
+        return np.array(self.topology.degrees, dtype=np.int64)
+
+    @property
+    def jct_depends_on_shape_only(self) -> bool:
+        """Whether a job's JCT at a degree depends only on its block's shape: mode ``block`` with
+        first fit (placements are shifted per shape) on a cluster of one GPU kind."""
+        return (self.placer.mode == "block" and self.placer.shifts_placements
+                and not self.topology.heterogeneous)
+
+    def some_shape_may_meet(self, graph: TrainingGraph, degree: int, meets: Callable[[float], bool]) -> bool:
+        """Whether a block of some shape of ``degree`` gives a step time that ``meets`` accepts.
+
+        Shapes are looked ahead lazily, in first-fit order (the first is the one first fit
+        usually picks, so its lookahead is the one the job needs anyway), and stop at the first
+        accepted; the best step time so far and the shapes done are cached per graph and degree,
+        so a hopeless degree costs every shape's lookahead once per episode and a dict lookup
+        after. Only meaningful when :attr:`jct_depends_on_shape_only`: then ``False`` means no
+        placement at ``degree`` is accepted.
+        """
+        key = (graph.fingerprint, degree)
+        state = self._shape_steps.get(key)
+        if state is None:
+            state = self._shape_steps[key] = [math.inf, 0]  # best step time, shapes looked ahead
+        if meets(state[0]):
+            return True
+        shapes = self.topology.search_shapes(degree)
+        while state[1] < len(shapes):
+            block = self.topology.block_at(shapes[state[1]], (0, 0, 0))
+            placement = self.placer.place_in_block(graph, degree, block)
+            state[1] += 1
+            if placement is not None:
+                state[0] = min(state[0], self.step_model.step(graph, degree, placement).step_time_s)
+                if meets(state[0]):
+                    return True
+        return False
 
     @property
     def degrees(self) -> tuple[int, ...]:
@@ -103,12 +151,12 @@ class FeasibilityTable:
         return self.engine.degrees
 
     def _check(self, degree: int) -> None:
-        if degree not in self.engine.degrees:
+        if degree not in self.engine.degree_set:
             raise ValueError(f"degree {degree} is not in the action set {self.engine.degrees}")
 
     def enough_servers(self, degree: int) -> bool:
         """The original's mask: ``degree`` is offered and ``<=`` the free servers (spec §8.3)."""
-        return degree in self.engine.degrees and degree <= self.num_free_servers
+        return degree in self.engine.degree_set and degree <= self.num_free_servers
 
     def placement(self, degree: int, block: Block | None = None) -> Placement | None:
         """First-fit placement at ``degree`` (inside ``block`` if given), or ``None``."""
@@ -133,7 +181,17 @@ class FeasibilityTable:
         return None if step is None else step.step_time_s * self.job.num_training_steps
 
     def meets_target(self, degree: int, block: Block | None = None) -> bool:
-        """Placeable and ``JCT <= beta x sequential JCT``."""
+        """Placeable and ``JCT <= beta x sequential JCT``.
+
+        When the JCT depends only on the block's shape (:attr:`Feasibility.jct_depends_on_shape_only`)
+        and this degree has not been looked ahead yet, a degree whose fastest shape misses the
+        target is refused without searching for a free block (exact: every placement is slower).
+        """
+        engine = self.engine
+        if (degree, None if block is None else block.mask) not in self._steps and engine.jct_depends_on_shape_only:
+            steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
+            if not engine.some_shape_may_meet(self.job.graph, degree, lambda step_s: meets_target(step_s * steps, max_jct_s)):
+                return False
         jct = self.jct_s(degree, block)
         return jct is not None and meets_target(jct, self.job.max_jct_s)
 
@@ -141,8 +199,9 @@ class FeasibilityTable:
         """The job would be accepted at ``degree`` (placed now and meeting its target)."""
         return self.meets_target(degree, block)
 
-    def free_blocks(self, degree: int) -> tuple[Block, ...]:
-        """Candidate blocks of ``degree`` servers free of other jobs (for learned placement)."""
+    def free_blocks(self, degree: int) -> Sequence[Block]:
+        """Candidate blocks of ``degree`` servers free of other jobs, in first-fit order (for learned
+        placement; a lazy sequence: slice it rather than read every block of a big cluster)."""
         self._check(degree)
         return self.engine.placer.free_blocks(degree, self.occupied_mask)
 
@@ -155,6 +214,10 @@ class FeasibilityTable:
         top = max(self.engine.degrees) if max_degree is None else max_degree
         out = np.zeros(top + 1, dtype=bool)
         out[0] = True
+        if kind == "paper":  # every offered degree up to the free servers: one vectorised test
+            degrees = self.engine.degree_array
+            out[degrees[degrees <= min(top, self.num_free_servers)]] = True
+            return out
         test = {"paper": self.enough_servers,
                 "placeable": lambda d: self.placement(d) is not None,
                 "feasible": self.feasible}[kind]

@@ -30,14 +30,16 @@ above. On a cluster of two GPU generations every memory test uses the server's o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.free_blocks import FreeBlockIndex, Region
 from simulator.partition import Partitioner
-from simulator.topology import Block, RampTopology, mask_words
+from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph, topological_order
 
 if TYPE_CHECKING:  # the op placer imports this module
@@ -103,8 +105,62 @@ def placement_signature(op_servers: tuple[tuple[int, ...], ...],
     return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(shape)
 
 
+class _Relative:
+    """A placement inside a block, as server offsets from the block's origin server.
+
+    Blocks never wrap around, so a block of the same shape elsewhere holds the same servers shifted
+    by the difference of origin servers; first fit inside it (all its servers free, every sub-block
+    shifted alike, in the same order) gives the shifted placement, with the same signature. The
+    distinct server tuples of the ops (chained ops share their parent's) are kept once, flat.
+    """
+
+    __slots__ = ("flat", "bounds", "op_index", "server_offsets", "mask", "signature", "size_bytes")
+
+    def __init__(self, placement: Placement, origin_server: int) -> None:
+        distinct: dict[tuple[int, ...], int] = {}
+        op_index = []
+        for servers in placement.op_servers:
+            op_index.append(distinct.setdefault(servers, len(distinct)))
+        flat: list[int] = []
+        bounds = []
+        for servers in distinct:
+            bounds.append((len(flat), len(flat) + len(servers)))
+            flat += servers
+        self.flat = np.array(flat, dtype=np.int64) - origin_server
+        self.bounds = tuple(bounds)
+        self.op_index = tuple(op_index)
+        self.server_offsets = np.array(placement.servers, dtype=np.int64) - origin_server
+        self.mask = placement.mask >> origin_server
+        self.signature = placement.signature
+        # Rough footprint for the cache's byte bound.
+        self.size_bytes = 300 + 8 * (len(flat) + len(op_index) + len(placement.servers)) + self.mask.bit_length() // 8
+
+    def at(self, origin_server: int) -> Placement:
+        """The placement in the block of the same shape whose origin is ``origin_server``."""
+        flat = (self.flat + origin_server).tolist()
+        distinct = [tuple(flat[a:b]) for a, b in self.bounds]
+        return Placement(tuple([distinct[i] for i in self.op_index]),
+                         tuple((self.server_offsets + origin_server).tolist()),
+                         self.mask << origin_server, self.signature)
+
+
+def block_region(block: Block) -> Region:
+    """The grid box ``(c0, c1, r0, r1, s0, s1)`` a block spans (every sub-block lies inside it)."""
+    x, y, z = block.shape
+    c, r, k = block.origin
+    return (c, c + x, r, r + x, k, k + 1) if z == -1 else (c, c + x, r, r + y, k, k + z)
+
+
 class OpPlacer:
-    """First-fit op placement (cached by graph, degree and cluster occupancy).
+    """First-fit op placement.
+
+    Free blocks are searched on the occupancy grid (:class:`simulator.free_blocks.FreeBlockIndex`),
+    never by enumerating blocks. Under ``first_fit`` a job confined to a block (mode ``block``, or a
+    block given by a policy) is placed once per (graph, degree, block shape) and shifted to the
+    block (:class:`_Relative`): a job then costs one free-block search and a dict lookup. Other
+    placements (mode ``op_first_fit``, or an op placer) are cached by graph, degree and cluster
+    occupancy. Every cache is bounded by entries and by an estimate of its bytes
+    (:attr:`MAX_CACHE_BYTES`): occupancy keys are masks of one bit per server (8 KB at 65,536).
 
     Args:
         topology: The cluster.
@@ -115,6 +171,8 @@ class OpPlacer:
     """
 
     MAX_CACHE_ENTRIES = 200_000
+    MAX_CACHE_BYTES = 256 * 2**20
+    """Estimated bytes each cache may hold before it is cleared."""
 
     def __init__(self, topology: RampTopology, partitioner: Partitioner,
                  mode: PlacementMode = "op_first_fit", op_placer: BlockOpPlacer | None = None) -> None:
@@ -130,10 +188,24 @@ class OpPlacer:
         # Kind of every server in placement signatures, only when kinds differ (a homogeneous
         # cluster keeps its signatures, hence its lookahead cache, exactly as before).
         self._sig_kinds = topology.server_kind_index if topology.heterogeneous else None
+        self._kind_list: list[int] | None = topology.server_kind_index.tolist() if topology.heterogeneous else None
         self._capacity: list[float] = topology.server_memory_bytes.tolist()
+        self._mask_bytes = topology.num_servers // 8 + 64  # an occupancy key
         self._cache: dict[tuple, Placement | None] = {}
-        self._allowed_cache: dict[tuple[int, int], tuple[Block, ...]] = {}
+        self._allowed_cache: dict[tuple[int, int, Region | None], Sequence[Block]] = {}
+        self._small = topology.num_servers <= topology.MATERIALISE_MAX_SERVERS
+        self._allowed_bytes = 0
+        self._relative: dict[tuple, _Relative | None] = {}
+        self._relative_bytes = 0
+        self._indexes: list[FreeBlockIndex | None] = [None, None]  # whole cluster, last region
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
+
+    @property
+    def shifts_placements(self) -> bool:
+        """Whether a job confined to a block is placed by shifting a per-shape placement (first fit),
+        so that its placement, hence its JCT, depends only on the block's shape (and, on a cluster of
+        several GPU generations, its servers' kinds)."""
+        return self.op_placer is None
 
     def _graph_structure(self, graph: TrainingGraph) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
         """Topological order of the forward ops and each op's parents in edge order."""
@@ -147,13 +219,23 @@ class OpPlacer:
                                     tuple(tuple(p) for p in parents))
         return self._structure[key]
 
+    def free_index(self, allowed: int, region: Region | None = None) -> FreeBlockIndex:
+        """The free-block search of the servers in ``allowed`` (inside ``region``). The last one of
+        the whole cluster is kept (a decision asks several degrees of one occupancy), and the last
+        one of a region (a job's block, while its ops are placed)."""
+        slot = region is not None
+        index = self._indexes[slot]
+        if index is None or index.allowed_mask != allowed or (slot and index.region != region):
+            index = self._indexes[slot] = FreeBlockIndex(self.topology, allowed, region)
+        return index
+
     def first_fit_block(self, degree: int, occupied_mask: int) -> Block | None:
         """The first block of ``degree`` servers free of other jobs, or ``None``."""
-        free = self.free_blocks(degree, occupied_mask)
-        return free[0] if free else None
+        return self.free_index(self.topology.all_servers_mask & ~occupied_mask).first(degree)
 
-    def free_blocks(self, degree: int, occupied_mask: int) -> tuple[Block, ...]:
-        """Every block of ``degree`` servers free of other jobs, in first-fit order (cached)."""
+    def free_blocks(self, degree: int, occupied_mask: int) -> Sequence[Block]:
+        """Every block of ``degree`` servers free of other jobs, in first-fit order (cached; a lazy
+        sequence: a block is made when read)."""
         return self._allowed_blocks(degree, self.topology.all_servers_mask & ~occupied_mask)
 
     def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
@@ -166,6 +248,11 @@ class OpPlacer:
             occupied_mask: Bitmask of servers held by other jobs.
             block: Restrict the job to these servers (``None``: the mode decides).
         """
+        if self.shifts_placements and (block is not None or self.mode == "block"):
+            if block is not None:
+                return None if block.mask & occupied_mask else self.place_in_block(graph, degree, block)
+            found = self.free_index(self.topology.all_servers_mask & ~occupied_mask).first_origin(degree)
+            return None if found is None else self._place_shifted(graph, degree, *found)
         key = (graph.fingerprint, degree, occupied_mask, None if block is None else block.mask, self.op_placer_name)
         if key in self._cache:
             return self._cache[key]
@@ -176,36 +263,76 @@ class OpPlacer:
         elif self.mode == "block":
             job_block = self.first_fit_block(degree, occupied_mask)
             allowed = job_block.mask if job_block is not None else 0
-        result = self._place(graph, degree, allowed) if allowed else None
+        region = None if job_block is None else block_region(job_block)
+        result = self._place(graph, degree, allowed, region) if allowed else None
         if result is not None and self.op_placer is not None and job_block is not None:
             result = self.op_placer.refine(graph, degree, result, job_block.servers)
         if result is not None and job_block is not None and not self.partitioner.split_ops:
             result = self._hold_block(result, job_block)
-        if len(self._cache) >= self.MAX_CACHE_ENTRIES:
+        if len(self._cache) >= min(self.MAX_CACHE_ENTRIES, self.MAX_CACHE_BYTES // (self._mask_bytes + 1024)):
             self._cache.clear()  # bounded memory over long training runs
         self._cache[key] = result
         return result
 
-    def _allowed_blocks(self, n: int, allowed: int) -> tuple[Block, ...]:
-        """Blocks of ``n`` servers that lie inside ``allowed``, in first-fit order (cached)."""
-        key = (n, allowed)
+    def place_in_block(self, graph: TrainingGraph, degree: int, block: Block) -> Placement | None:
+        """First-fit placement of ``graph`` at ``degree`` inside ``block`` (all its servers free),
+        shifted from the first one computed for a block of its shape (and kinds); ``None`` if it
+        does not fit. Needs first fit (no op placer)."""
+        return self._place_shifted(graph, degree, block.shape, block.servers[0], block)
+
+    def _place_shifted(self, graph: TrainingGraph, degree: int, shape: Shape, origin: int,
+                       block: Block | None = None) -> Placement | None:
+        """:meth:`place_in_block` for the block of ``shape`` at server ``origin`` (made only when
+        this shape, graph and degree are placed for the first time)."""
+        topo = self.topology
+        kinds = None
+        if self._kind_list is not None:
+            offsets, _ = topo.pattern(shape)
+            kinds = tuple(self._kind_list[origin + s] for s in offsets)
+        key = (graph.fingerprint, degree, shape, kinds)
+        if key in self._relative:
+            rel = self._relative[key]
+            return None if rel is None else rel.at(origin)
+        if block is None:
+            block = topo.block_from_server(shape, origin)
+        result = self._place(graph, degree, block.mask, block_region(block))
+        if result is not None and not self.partitioner.split_ops:
+            result = self._hold_block(result, block)
+        rel = None if result is None else _Relative(result, origin)
+        size = 200 + (0 if rel is None else rel.size_bytes)
+        if len(self._relative) >= self.MAX_CACHE_ENTRIES or self._relative_bytes + size > self.MAX_CACHE_BYTES:
+            self._relative.clear()
+            self._relative_bytes = 0
+        self._relative[key] = rel
+        self._relative_bytes += size
+        return result
+
+    def _allowed_blocks(self, n: int, allowed: int, region: Region | None = None) -> Sequence[Block]:
+        """Blocks of ``n`` servers that lie inside ``allowed`` (and ``region``), in first-fit order
+        (cached; a tuple on a small cluster, where the per-op scans iterate them often). Inside a
+        region (a job's block) the region's own search keeps them: its blocks are of no use to
+        another job."""
+        if region is not None:
+            return self.free_index(allowed, region).blocks(n)
+        key = (n, allowed, region)
         found = self._allowed_cache.get(key)
         if found is None:
-            if len(self._allowed_cache) >= self.MAX_CACHE_ENTRIES:
+            found = self.free_index(allowed, region).blocks(n)
+            if self._small:
+                found = tuple(found)
+            size = self._mask_bytes + 200 + 16 * len(found)  # shape rows and origins
+            if len(self._allowed_cache) >= self.MAX_CACHE_ENTRIES or self._allowed_bytes + size > self.MAX_CACHE_BYTES:
                 self._allowed_cache.clear()
-            topo = self.topology
-            outside = ~mask_words(allowed, topo.num_words)
-            inside = ~(topo.block_words(n) & outside).any(axis=1)
-            blocks = topo.blocks(n)
-            found = tuple(blocks[i] for i in np.flatnonzero(inside).tolist())
+                self._allowed_bytes = 0
             self._allowed_cache[key] = found
+            self._allowed_bytes += size
         return found
 
-    def _place(self, graph: TrainingGraph, degree: int, allowed: int) -> Placement | None:
+    def _place(self, graph: TrainingGraph, degree: int, allowed: int, region: Region | None = None) -> Placement | None:
         order, parents = self._graph_structure(graph)
         splits = self.partitioner.splits(graph, degree).tolist()
         # Fail fast: every split size the graph uses needs at least one allowed block.
-        if any(not self._allowed_blocks(n, allowed) for n in set(splits)):
+        if any(not self._allowed_blocks(n, allowed, region) for n in set(splits)):
             return None
         fwd = graph.forward
         # An op and its backward mirror are mounted together: each needs its memory share.
@@ -223,7 +350,7 @@ class OpPlacer:
                     chosen = ps
                     break
             if chosen is None:
-                for blk in self._allowed_blocks(n, allowed):
+                for blk in self._allowed_blocks(n, allowed, region):
                     if all(free_mem.get(s, capacity[s]) >= need for s in blk.servers):
                         chosen = blk.servers
                         break
@@ -257,3 +384,7 @@ class OpPlacer:
         """Drop cached placements (they stay valid; this only frees memory)."""
         self._cache.clear()
         self._allowed_cache.clear()
+        self._allowed_bytes = 0
+        self._relative.clear()
+        self._relative_bytes = 0
+        self._indexes = [None, None]

@@ -9,7 +9,7 @@ See spec §3 and §5.2 for the rules reproduced here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -71,6 +71,9 @@ class RampTopology:
 
     #: Kind of every server of a homogeneous cluster (the profiled GPU).
     DEFAULT_KIND = "gpu"
+    #: :meth:`blocks` and :meth:`block_from_server` keep what they make only up to this many servers
+    #: (a block's mask has one bit per server).
+    MATERIALISE_MAX_SERVERS = 1024
 
     def __init__(self, num_comm_groups: int = 4, num_racks_per_group: int = 4,
                  num_servers_per_rack: int = 2, memory_capacity_bytes: float = 80e9,
@@ -106,7 +109,12 @@ class RampTopology:
         self._index = {xyz: i for i, xyz in enumerate(self.coords)}
         self._set_server_kinds(server_kinds)
         self._blocks: dict[int, tuple[Block, ...]] = {}
-        self._block_words: dict[int, NDArray[np.uint64]] = {}
+        self._shapes: dict[int, tuple[Shape, ...]] = {}
+        self._patterns: dict[Shape, tuple[tuple[int, ...], int]] = {}
+        self._shape_arrays: dict[int, NDArray[np.int64]] = {}
+        self._num_blocks: dict[int, int] = {}
+        self._search: dict[int, tuple[Shape, ...]] = {}
+        self._made: dict[tuple[Shape, int], Block] | None = {} if self.num_servers <= self.MATERIALISE_MAX_SERVERS else None
 
     def _set_server_kinds(self, server_kinds: Sequence[Mapping[str, Any]] | None) -> None:
         """Fill ``kinds``, ``kind_speed``, ``kind_memory_bytes`` and the per-server arrays."""
@@ -211,62 +219,153 @@ class RampTopology:
         Factor pairs ``(n/i, i)`` for divisors ``i`` ascending give ``(sqrt p, sqrt p, q)`` when
         ``p`` is a square that fits, and ``(p, 1, q)``, ``(p, q, 1)`` when ``p <= C, R`` and
         ``q <= S``; when ``n <= C, R`` the diagonal ``(n, n, -1)`` and ``(n, 1, 1)`` follow.
-        Duplicates are dropped (they cannot change a first-fit result).
+        Duplicates are dropped (they cannot change a first-fit result). Cached; ``O(sqrt n)``.
         """
+        found = self._shapes.get(n)
+        if found is None:
+            found = self._shapes[n] = self._make_block_shapes(n)
+        return found
+
+    def _make_block_shapes(self, n: int) -> tuple[Shape, ...]:
         C, R, S = self.shape
+        small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+        divisors = small + [n // i for i in reversed(small) if n // i != i]
         shapes: list[Shape] = []
-        for i in range(1, n + 1):
-            if n % i:
-                continue
-            p, q = n // i, i
+        for q in divisors:
+            if q > S:  # every later divisor is larger
+                break
+            p = n // q
             root = math.isqrt(p)
-            if root * root == p and root <= C and root <= R and q <= S:
+            if root * root == p and root <= C and root <= R:
                 shapes.append((root, root, q))
-            if p <= C and p <= R and q <= S:
+            if p <= C and p <= R:
                 shapes += [(p, 1, q), (p, q, 1)]
         if shapes and n <= C and n <= R:
             shapes += [(n, n, -1), (n, 1, 1)]
         return tuple(dict.fromkeys(shapes))
 
-    def blocks(self, n: int) -> tuple[Block, ...]:
-        """Every block of ``n`` servers, in the original's first-fit scan order (cached)."""
-        if n not in self._blocks:
-            self._blocks[n] = self._enumerate_blocks(n)
-        return self._blocks[n]
+    def origin_ranges(self, shape: Shape) -> tuple[int, int, int]:
+        """How many origins ``(i, j, k)`` a shape has along each axis (blocks never wrap around).
 
-    def block_words(self, n: int) -> NDArray[np.uint64]:
-        """Masks of :meth:`blocks` as a ``(num_blocks, words)`` uint64 array (vectorised tests)."""
-        if n not in self._block_words:
-            self._block_words[n] = np.array([mask_words(b.mask, self.num_words) for b in self.blocks(n)],
-                                            dtype=np.uint64).reshape(-1, self.num_words)
-        return self._block_words[n]
+        A box ``(x, y, z)`` starts at ``i < C - x + 1``, ``j < R - y + 1``, ``k < S - z + 1``; a
+        diagonal ``(n, n, -1)`` at ``i < C - n + 1``, ``j < R - n + 1`` and any ``k``.
+        """
+        C, R, S = self.shape
+        x, y, z = shape
+        return (max(C - x + 1, 0), max(R - y + 1, 0), S if z == -1 else max(S - z + 1, 0))
+
+    def pattern(self, shape: Shape) -> tuple[tuple[int, ...], int]:
+        """Server offsets of a block of ``shape`` from its origin server, in placement order, and
+        their bitmask (cached per shape).
+
+        Blocks never wrap around, so the block of ``shape`` at origin ``(i, j, k)`` holds servers
+        ``origin_server + offsets`` and has mask ``pattern_mask << origin_server`` (the origin
+        server ``i*R*S + j*S + k`` is its smallest one).
+        """
+        found = self._patterns.get(shape)
+        if found is None:
+            _, R, S = self.shape
+            x, y, z = shape
+            if z == -1:  # diagonal: one server per (CG, rack) step
+                offsets = tuple(t * (R * S + S) for t in range(x))
+            else:
+                offsets = tuple(a * R * S + b * S + c for a in range(x) for b in range(y) for c in range(z))
+            mask = 0
+            for s in offsets:
+                mask |= 1 << s
+            found = self._patterns[shape] = (offsets, mask)
+        return found
+
+    def block_at(self, shape: Shape, origin: tuple[int, int, int]) -> Block:
+        """The block of ``shape`` at ``origin`` (no check that it fits: see :meth:`origin_ranges`)."""
+        i, j, k = origin
+        return self.block_from_server(shape, (i * self.num_racks_per_group + j) * self.num_servers_per_rack + k)
+
+    def block_from_server(self, shape: Shape, origin_server: int) -> Block:
+        """The block of ``shape`` whose origin is server ``origin_server`` (kept on a small cluster)."""
+        made = self._made
+        if made is not None:
+            found = made.get((shape, origin_server))
+            if found is not None:
+                return found
+        offsets, mask = self.pattern(shape)
+        block = Block(shape, self.coords[origin_server], tuple(origin_server + s for s in offsets),
+                      mask << origin_server)
+        if made is not None:
+            made[(shape, origin_server)] = block
+        return block
+
+    def search_shapes(self, n: int) -> tuple[Shape, ...]:
+        """The shapes of :meth:`block_shapes` that give blocks not given by an earlier shape:
+        a diagonal of one server is the ``(1, 1, 1)`` box (for ``n >= 2`` no two shapes share a
+        server set: a box's extent is its shape, and a diagonal spans ``n`` groups and ``n`` racks)."""
+        found = self._search.get(n)
+        if found is None:
+            found = self._search[n] = tuple(s for s in self.block_shapes(n) if not (n == 1 and s[2] == -1))
+        return found
+
+    def shape_array(self, n: int) -> NDArray[np.int64]:
+        """:meth:`search_shapes` as a read-only ``(num_shapes, 3)`` array (for compiled searches; cached)."""
+        found = self._shape_arrays.get(n)
+        if found is None:
+            found = np.array(self.search_shapes(n), dtype=np.int64).reshape(-1, 3)
+            found.setflags(write=False)
+            self._shape_arrays[n] = found
+        return found
+
+    def iter_blocks(self, n: int) -> Iterator[Block]:
+        """Every block of ``n`` servers in the original's first-fit scan order, made lazily:
+        shapes in :meth:`block_shapes` order, then origins ``(i, j, k)`` ascending."""
+        R, S = self.num_racks_per_group, self.num_servers_per_rack
+        for shape in self.search_shapes(n):
+            ni, nj, nk = self.origin_ranges(shape)
+            for i in range(ni):
+                for j in range(nj):
+                    for k in range(nk):
+                        yield self.block_from_server(shape, (i * R + j) * S + k)
+
+    def num_blocks(self, n: int) -> int:
+        """How many blocks of ``n`` servers there are (``len(blocks(n))``, by formula; cached)."""
+        found = self._num_blocks.get(n)
+        if found is None:
+            found = self._num_blocks[n] = sum(math.prod(self.origin_ranges(shape)) for shape in self.search_shapes(n))
+        return found
+
+    def blocks(self, n: int) -> tuple[Block, ...]:
+        """Every block of ``n`` servers, in the original's first-fit scan order.
+
+        Materialises them all (cached on clusters of at most :attr:`MATERIALISE_MAX_SERVERS`
+        servers): for tests and small clusters. The simulator searches free blocks with
+        :class:`simulator.free_blocks.FreeBlockIndex` instead; use :meth:`iter_blocks`,
+        :meth:`num_blocks` or :meth:`find_block` on a big cluster.
+        """
+        found = self._blocks.get(n)
+        if found is None:
+            found = tuple(self.iter_blocks(n))
+            if self.num_servers <= self.MATERIALISE_MAX_SERVERS:
+                self._blocks[n] = found
+        return found
+
+    def find_block(self, servers: Sequence[int]) -> Block | None:
+        """The block whose servers are exactly ``servers`` in this order, or ``None``
+        (e.g. to check a placement a policy chose, without enumerating blocks)."""
+        n = len(servers)
+        if not n or not all(isinstance(s, int | np.integer) and 0 <= s < self.num_servers for s in servers):
+            return None
+        wanted = tuple(int(s) for s in servers)
+        c, r, k = self.coords[wanted[0]]
+        for shape in self.search_shapes(n):
+            ni, nj, nk = self.origin_ranges(shape)
+            if c < ni and r < nj and k < nk:
+                block = self.block_from_server(shape, wanted[0])
+                if block.servers == wanted:
+                    return block
+        return None
 
     @property
     def num_words(self) -> int:
         """64-bit words needed to hold one server bitmask."""
         return (self.num_servers + 63) // 64
-
-    def _enumerate_blocks(self, n: int) -> tuple[Block, ...]:
-        C, R, S = self.shape
-        out: dict[tuple[int, ...], Block] = {}
-        for shape in self.block_shapes(n):
-            x, y, z = shape
-            for i in range(C - x + 1):
-                for j in range(R - y + 1):
-                    for k in range(S - z + 1):
-                        if z == -1:  # diagonal: one server per (CG, rack) step
-                            coords = [(i + t, j + t, k % S) for t in range(n)]
-                        else:
-                            coords = [((i + a) % C, (j + b) % R, (k + c) % S)
-                                      for a in range(x) for b in range(y) for c in range(z)]
-                        servers = tuple(self._index[xyz] for xyz in coords)
-                        if len(set(servers)) != n or servers in out:
-                            continue
-                        mask = 0
-                        for s in servers:
-                            mask |= 1 << s
-                        out[servers] = Block(shape, (i, j, k), servers, mask)
-        return tuple(out.values())
 
     @cached_property
     def degrees(self) -> tuple[int, ...]:

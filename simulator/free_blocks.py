@@ -1,0 +1,240 @@
+"""Free symmetric blocks of one cluster occupancy, found without enumerating blocks.
+
+A block of shape ``(x, y, z)`` at origin ``(i, j, k)`` is free when the box
+``[i, i+x) x [j, j+y) x [k, k+z)`` of the occupancy grid holds no busy server; a diagonal
+``(n, n, -1)`` when the cells ``(i+t, j+t, k)``, ``t < n``, are all free. One pass over the grid
+builds a 3-D prefix sum (and, when a diagonal is asked for, a prefix sum along the diagonals),
+after which every origin is tested in O(1). So a search costs ``O(servers)`` once per occupancy
+plus ``O(origins scanned)`` per shape, and the first-fit search stops at the first free origin;
+nothing is kept per block (at 65,536 servers a degree has ~10^5 blocks, each a 65,536-bit mask).
+
+The order is the original's first-fit scan order (:meth:`RampTopology.iter_blocks`): shapes in
+:meth:`RampTopology.block_shapes` order, then origins ascending, so results equal a scan of
+:meth:`RampTopology.blocks` (``tests/test_topology_scale.py`` checks it).
+
+A search may be restricted to a *region* (a sub-box of the grid, e.g. a job's block's bounding
+box): blocks outside it are not considered, and the scan order of those inside is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+from simulator.topology import Block, RampTopology, Shape
+
+Region = tuple[int, int, int, int, int, int]
+"""``(c0, c1, r0, r1, s0, s1)``: the grid cells ``[c0, c1) x [r0, r1) x [s0, s1)``."""
+
+
+@njit(cache=True)
+def box_prefix(busy: NDArray[np.uint8]) -> NDArray[np.int32]:
+    """``P[i, j, k]`` = busy servers in ``[0, i) x [0, j) x [0, k)``; shape ``(C+1, R+1, S+1)``."""
+    C, R, S = busy.shape
+    P = np.zeros((C + 1, R + 1, S + 1), dtype=np.int32)
+    for i in range(C):  # plane i+1 = plane i + the 2-D prefix of busy[i] (one pass, no 8-term sums)
+        for j in range(R):
+            acc = 0
+            for k in range(S):
+                acc += busy[i, j, k]
+                P[i + 1, j + 1, k + 1] = acc + P[i + 1, j, k + 1]
+        for j in range(R + 1):
+            for k in range(S + 1):
+                P[i + 1, j, k] += P[i, j, k]
+    return P
+
+
+@njit(cache=True)
+def diagonal_prefix(busy: NDArray[np.uint8]) -> NDArray[np.int32]:
+    """``D[i, j, k]`` = busy servers among ``(i-t, j-t, k)``, ``1 <= t <= min(i, j)``; shape ``(C+1, R+1, S)``."""
+    C, R, S = busy.shape
+    D = np.zeros((C + 1, R + 1, S), dtype=np.int32)
+    for i in range(C):
+        for j in range(R):
+            for k in range(S):
+                D[i + 1, j + 1, k] = busy[i, j, k] + D[i, j, k]
+    return D
+
+
+@njit(cache=True)
+def free_origins(P: NDArray[np.int32], D: NDArray[np.int32], shapes: NDArray[np.int64],
+                 c0: int, r0: int, s0: int, R: int, S: int,
+                 out_shape: NDArray[np.int64], out_origin: NDArray[np.int64]) -> int:
+    """Free blocks of the region ``P`` (box prefix) and ``D`` (diagonal prefix, read only for a
+    diagonal shape) cover, in first-fit order: shapes in the order of ``shapes`` (rows
+    ``(x, y, z)``), then origins ascending. Writes each block's row in ``shapes`` and its origin
+    server into ``out_shape`` / ``out_origin`` until they are full; returns how many it wrote."""
+    nc, nr, ns = P.shape[0] - 1, P.shape[1] - 1, P.shape[2] - 1
+    limit = out_origin.shape[0]
+    count = 0
+    if limit == 0:
+        return 0
+    for q in range(shapes.shape[0]):
+        x, y, z = shapes[q, 0], shapes[q, 1], shapes[q, 2]
+        if z == -1:
+            for i in range(nc - x + 1):
+                for j in range(nr - x + 1):
+                    for k in range(ns):
+                        if D[i + x, j + x, k] == D[i, j, k]:
+                            out_shape[count] = q
+                            out_origin[count] = ((c0 + i) * R + r0 + j) * S + s0 + k
+                            count += 1
+                            if count == limit:
+                                return count
+        else:
+            for i in range(nc - x + 1):
+                for j in range(nr - y + 1):
+                    for k in range(ns - z + 1):
+                        busy = (P[i + x, j + y, k + z] - P[i, j + y, k + z] - P[i + x, j, k + z]
+                                - P[i + x, j + y, k] + P[i, j, k + z] + P[i, j + y, k] + P[i + x, j, k]
+                                - P[i, j, k])
+                        if busy == 0:
+                            out_shape[count] = q
+                            out_origin[count] = ((c0 + i) * R + r0 + j) * S + s0 + k
+                            count += 1
+                            if count == limit:
+                                return count
+    return count
+
+
+class FreeBlockIndex:
+    """The free blocks of one occupancy (a mask of allowed servers), searched per shape.
+
+    Args:
+        topology: The cluster.
+        allowed_mask: Bitmask of the servers a block may use (free of other jobs).
+        region: Restrict the search to this sub-box of the grid (``None``: the whole cluster).
+    """
+
+    def __init__(self, topology: RampTopology, allowed_mask: int, region: Region | None = None) -> None:
+        self.topology = topology
+        self.allowed_mask = allowed_mask
+        C, R, S = topology.shape
+        self.region: Region = (0, C, 0, R, 0, S) if region is None else region
+        self._whole = self.region == (0, C, 0, R, 0, S)
+        n = topology.num_servers
+        bits = np.unpackbits(np.frombuffer(allowed_mask.to_bytes((n + 7) // 8, "little"), dtype=np.uint8),
+                             count=n, bitorder="little")
+        c0, c1, r0, r1, s0, s1 = self.region
+        busy = (1 - bits).reshape(C, R, S)[c0:c1, r0:r1, s0:s1]
+        self._busy = np.ascontiguousarray(busy)
+        self._box = box_prefix(self._busy)
+        self.num_free = self._busy.size - int(self._box[-1, -1, -1])
+        """Free servers in the region."""
+        self._diagonal: NDArray[np.int32] | None = None
+        self._blocks: dict[int, BlockList] = {}
+
+    def _num_origins(self, shape: Shape) -> int:
+        c0, c1, r0, r1, s0, s1 = self.region
+        x, y, z = shape
+        if z == -1:
+            return max(c1 - c0 - x + 1, 0) * max(r1 - r0 - y + 1, 0) * (s1 - s0)
+        return max(c1 - c0 - x + 1, 0) * max(r1 - r0 - y + 1, 0) * max(s1 - s0 - z + 1, 0)
+
+    def _search(self, n: int, limit: int | None) -> tuple[tuple[Shape, ...], NDArray[np.int64], NDArray[np.int64]]:
+        """Free blocks of ``n`` servers (the first ``limit``): shapes, each block's shape row and origin server."""
+        topo = self.topology
+        shapes = topo.search_shapes(n)
+        size = topo.num_blocks(n) if self._whole else sum(self._num_origins(shape) for shape in shapes)
+        if limit is not None:
+            size = min(size, limit)
+        if self.num_free < n:  # exact and O(1): too few free servers for any block
+            size = 0
+        out_shape = np.empty(size, dtype=np.int64)
+        out_origin = np.empty(size, dtype=np.int64)
+        if not size:
+            return shapes, out_shape, out_origin
+        c0, _, r0, _, s0, _ = self.region
+        _, R, S = topo.shape
+        rows = topo.shape_array(n)
+        # The diagonal prefix is built only when the scan reaches the diagonal shape (a first-fit
+        # search usually stops at a box before it).
+        diagonal = next((q for q, (_, _, z) in enumerate(shapes) if z == -1), len(shapes))
+        count = free_origins(self._box, self._box, rows[:diagonal], c0, r0, s0, R, S, out_shape, out_origin)
+        if count < size and diagonal < len(shapes):
+            if self._diagonal is None:
+                self._diagonal = diagonal_prefix(self._busy)
+            more = free_origins(self._box, self._diagonal, rows[diagonal:], c0, r0, s0, R, S,
+                                out_shape[count:], out_origin[count:])
+            out_shape[count:count + more] += diagonal
+            count += more
+        return shapes, out_shape[:count], out_origin[:count]
+
+    def first_origin(self, n: int) -> tuple[Shape, int] | None:
+        """Shape and origin server of the first free block of ``n`` servers, or ``None`` (the
+        block itself is not made: at 65,536 servers its mask alone is 8 KB)."""
+        found = self._blocks.get(n)
+        if found is not None:
+            return found.origin(0) if found else None
+        shapes, rows, origins = self._search(n, 1)
+        return (shapes[int(rows[0])], int(origins[0])) if origins.shape[0] else None
+
+    def first(self, n: int) -> Block | None:
+        """The first free block of ``n`` servers in first-fit order, or ``None``."""
+        found = self.first_origin(n)
+        return None if found is None else self.topology.block_from_server(*found)
+
+    def blocks(self, n: int) -> BlockList:
+        """Every free block of ``n`` servers, in first-fit order (a lazy sequence; cached)."""
+        found = self._blocks.get(n)
+        if found is None:
+            shapes, rows, origins = self._search(n, None)
+            found = self._blocks[n] = BlockList(self.topology, shapes, rows, origins)
+        return found
+
+
+class BlockList(Sequence[Block]):
+    """A first-fit-ordered sequence of blocks, given by their shapes and origin servers; a block is
+    made (servers tuple, mask) only when read.
+
+    Indexing, slicing (a tuple), ``len``, iteration and truth work as on a tuple of blocks.
+    """
+
+    def __init__(self, topology: RampTopology, shapes: Sequence[Shape], rows: NDArray[np.int64],
+                 origins: NDArray[np.int64]) -> None:
+        self.topology = topology
+        self._shapes = shapes
+        self._rows = rows
+        self._origins = origins
+
+    def __len__(self) -> int:
+        return self._origins.shape[0]
+
+    def __bool__(self) -> bool:
+        return self._origins.shape[0] > 0
+
+    def origin(self, index: int) -> tuple[Shape, int]:
+        """Shape and origin server of block ``index`` (without making the block)."""
+        return self._shapes[int(self._rows[index])], int(self._origins[index])
+
+    def _block(self, index: int) -> Block:
+        # Not kept: on a big cluster a block's mask is 8 KB and a list may hold ~10^5 blocks
+        # (the topology keeps the blocks of a small cluster).
+        return self.topology.block_from_server(self._shapes[int(self._rows[index])], int(self._origins[index]))
+
+    @overload
+    def __getitem__(self, index: int) -> Block: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Block, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Block | tuple[Block, ...]:
+        if isinstance(index, slice):
+            return tuple(self._block(i) for i in range(*index.indices(len(self))))
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("block index out of range")
+        return self._block(index)
+
+    def __iter__(self) -> Iterator[Block]:
+        for i in range(len(self)):
+            yield self._block(i)
+
+    def __repr__(self) -> str:
+        return f"BlockList({len(self)} blocks)"
