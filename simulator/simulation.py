@@ -319,11 +319,12 @@ class Simulation:
         if isinstance(servers, Block):
             servers = servers.servers
         wanted = tuple(int(s) for s in servers)
-        for blk in self.topology.blocks(degree) if degree else ():
-            if blk.servers == wanted:
-                if blk.mask & self.cluster.occupied_mask:
-                    raise InvalidDecision(f"job {job.job_id}: placement {wanted} uses busy servers")
-                return blk
+        # Found by formula (the cluster's blocks are never enumerated: 52.7 million on 65,536 servers).
+        blk = self.topology.find_block(wanted) if degree and len(wanted) == degree else None
+        if blk is not None:
+            if blk.mask & self.cluster.occupied_mask:
+                raise InvalidDecision(f"job {job.job_id}: placement {wanted} uses busy servers")
+            return blk
         raise InvalidDecision(f"job {job.job_id}: placement {wanted} is not a symmetric block of {degree} servers")
 
     def _start(self, job: JobSpec, degree: int, placement: Placement, jct_s: float,
