@@ -90,8 +90,11 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
         raise ConfigError(f"split_ops=false needs sim.placement=block (sim.placement={knobs.placement} is the "
                           "original's rule, where unsplit ops chain onto one server anywhere)", field="sim.split_ops")
     try:
+        # Block placement keeps a job inside one block of its degree, so its split ops need
+        # symmetric blocks inside that block's shape; op-level first fit may use any block.
+        sizes = topology.block_split_sizes if knobs.placement == "block" else topology.split_sizes
         partitioner = Partitioner(knobs.min_op_time_s, knobs.edge_sizing,  # type: ignore[arg-type]
-                                  split_sizes=topology.split_sizes, split_ops=knobs.split_ops)
+                                  split_sizes=sizes, split_ops=knobs.split_ops)
         if knobs.placement not in ("op_first_fit", "block"):
             raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {knobs.placement!r}")
         op_placer = build_block_op_placer(knobs.op_placer, topology, partitioner, knobs.placement)

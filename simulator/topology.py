@@ -46,6 +46,20 @@ class Block:
     mask: int
 
 
+def _fits(inner: Shape, outer: Shape) -> bool:
+    """Whether some block of shape ``inner`` lies inside a block of shape ``outer``.
+
+    Boxes nest when every extent does; a diagonal ``(n, n, -1)`` (one server per group and rack
+    step) holds the diagonals of up to ``n`` servers and, of the boxes, only single servers; a box
+    holds a diagonal of ``m`` servers when it spans at least ``m`` groups and ``m`` racks.
+    """
+    if outer[2] == -1:
+        return inner[0] <= outer[0] if inner[2] == -1 else inner == (1, 1, 1)
+    if inner[2] == -1:
+        return inner[0] <= outer[0] and inner[1] <= outer[1]
+    return inner[0] <= outer[0] and inner[1] <= outer[1] and inner[2] <= outer[2]
+
+
 class RampTopology:
     """A RAMP cluster of ``C x R x S`` single-GPU servers (spec §3).
 
@@ -114,6 +128,7 @@ class RampTopology:
         self._shape_arrays: dict[int, NDArray[np.int64]] = {}
         self._num_blocks: dict[int, int] = {}
         self._search: dict[int, tuple[Shape, ...]] = {}
+        self._block_split_sizes: dict[int, tuple[int, ...]] = {}
         self._made: dict[tuple[Shape, int], Block] | None = {} if self.num_servers <= self.MATERIALISE_MAX_SERVERS else None
 
     def _set_server_kinds(self, server_kinds: Sequence[Mapping[str, Any]] | None) -> None:
@@ -382,6 +397,24 @@ class RampTopology:
         """Every sub-op count up to ``max_degree`` that has a symmetric block (odd ones included)."""
         top = min(self.max_degree, self.num_servers)
         return tuple(n for n in range(1, top + 1) if self.block_shapes(n))
+
+    def block_split_sizes(self, degree: int) -> tuple[int, ...]:
+        """Sub-op counts that have a symmetric block inside *every* block of ``degree`` servers (cached).
+
+        Under block placement a job's split ops must find their symmetric blocks inside the job's
+        own block, whichever shape first fit gives it; :attr:`split_sizes` (a block somewhere in
+        the cluster) is not enough: on 64 x 64 x 16 the first 64-server shape is 8 x 8 x 1, with
+        no 34-server block inside, so a 34-way op could never be placed at degree 64. Splits are
+        rounded down to these sizes instead. On the paper's 4 x 4 x 2 RAMP they equal
+        :attr:`split_sizes` up to each degree.
+        """
+        found = self._block_split_sizes.get(degree)
+        if found is None:
+            shapes = self.search_shapes(degree)
+            found = tuple(m for m in self.split_sizes if m <= degree and all(
+                any(_fits(inner, outer) for inner in self.search_shapes(m)) for outer in shapes))
+            self._block_split_sizes[degree] = found
+        return found
 
     def __repr__(self) -> str:
         C, R, S = self.shape

@@ -243,3 +243,29 @@ def test_free_blocks_is_a_lazy_sequence() -> None:
     assert list(placer.free_blocks(4, occupied)) == list(expected)
     assert not FreeBlockIndex(topo, 0).blocks(1) and FreeBlockIndex(topo, 0).first(1) is None
     assert topo.find_block(()) is None and topo.find_block((topo.num_servers,)) is None
+
+
+@pytest.mark.parametrize("name", ["ramp32", "ramp64", "3x5x4", "2x2x7", "5x3x1"])
+def test_block_split_sizes_are_the_sizes_with_a_block_inside_every_block_of_the_degree(name: str) -> None:
+    topo = topology(name)
+    for degree in topo.degrees:
+        expected = []
+        for m in topo.split_sizes:
+            if m > degree:
+                break
+            # Brute force: every block of the degree contains some block of m servers.
+            if all(any(inner.mask & ~outer.mask == 0 for inner in topo.blocks(m)) for outer in topo.blocks(degree)):
+                expected.append(m)
+        assert topo.block_split_sizes(degree) == tuple(expected), degree
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 8, 64), (16, 16, 16, 256)])
+def test_block_placement_places_every_graph_at_every_degree_on_an_empty_cluster(shape: tuple[int, ...]) -> None:
+    # With cluster-wide split sizes, 83 (graph, degree) pairs of the ten graphs could never be
+    # placed on 8 x 8 x 8 (e.g. a 34-way op inside an 8 x 8 x 1 block of 64).
+    topo = RampTopology(*shape[:3], max_degree=shape[3])
+    feas = build_feasibility(topo, PHYSICAL)
+    for graph in load_graph_set("all" if topo.num_servers <= 512 else "paper", time_unit_s=1e-3):
+        tg = TrainingGraph(graph)
+        for degree in topo.degrees:
+            assert feas.placer.place(tg, degree, 0) is not None, (graph.name, degree)
