@@ -154,6 +154,15 @@ class FeasibilityTable:
         if degree not in self.engine.degree_set:
             raise ValueError(f"degree {degree} is not in the action set {self.engine.degrees}")
 
+    @property
+    def max_placeable_degree(self) -> int:
+        """No degree above this can be placed now: under block placement a job holds exactly
+        ``degree`` free servers, so the free servers; under op-level first fit a job may use fewer
+        servers than its degree (ops split fewer ways), so every degree stays possible."""
+        if self.engine.placer.mode == "block":
+            return self.num_free_servers
+        return self.engine.topology.num_servers if not self.engine.degrees else max(self.engine.degrees)
+
     def enough_servers(self, degree: int) -> bool:
         """The original's mask: ``degree`` is offered and ``<=`` the free servers (spec §8.3)."""
         return degree in self.engine.degree_set and degree <= self.num_free_servers

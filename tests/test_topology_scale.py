@@ -269,3 +269,23 @@ def test_block_placement_places_every_graph_at_every_degree_on_an_empty_cluster(
         tg = TrainingGraph(graph)
         for degree in topo.degrees:
             assert feas.placer.place(tg, degree, 0) is not None, (graph.name, degree)
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["ramp64", "3x5x4", "2x2x7"]), seed=st.integers(0, 10**6),
+       busy=st.sampled_from([0.2, 0.5, 0.7]), order=st.randoms(use_true_random=False))
+def test_one_index_answers_many_degrees_in_any_order_like_the_scan(name: str, seed: int, busy: float,
+                                                                   order) -> None:
+    # One index prunes a shape that contains a shape it already found full; the answers must not
+    # depend on which degrees were asked before.
+    topo = topology(name)
+    occupied = random_mask(topo, seed, busy)
+    index = FreeBlockIndex(topo, topo.all_servers_mask & ~occupied)
+    sizes = list(topo.split_sizes)
+    order.shuffle(sizes)
+    for n in sizes:
+        expected = tuple(b for b in reference_blocks(topo, n) if not b.mask & occupied)
+        if order.random() < 0.5:
+            assert index.first(n) == (expected[0] if expected else None), n
+        else:
+            assert tuple(index.blocks(n)) == expected, n

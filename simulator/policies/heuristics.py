@@ -133,7 +133,10 @@ def min_feasible_degree(table: FeasibilityTable, min_degree: int) -> int:
     """The ``MinFeasible(min_degree)`` rule: the smallest feasible degree >= ``min_degree``,
     else the largest feasible one below it, else 0."""
     below = 0
+    limit = table.max_placeable_degree
     for d in table.degrees:
+        if d > limit:  # degrees ascend: none of the rest can be placed (exact; saves ~300 tests a job
+            break      # on a full 65,536-server cluster)
         if table.feasible(d):
             if d >= min_degree:
                 return d
