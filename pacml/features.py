@@ -167,7 +167,7 @@ def _fill_option(row: NDArray[np.float32], job: JobSpec, state: ClusterState, de
     row[2] = 1.0
     row[3] = float(table.enough_servers(degree))
     all_blocks = state.topology.num_blocks(degree)  # by formula: blocks are not enumerated
-    row[9] = len(table.free_blocks(degree)) / all_blocks if all_blocks else 0.0
+    row[9] = table.num_free_blocks(degree) / all_blocks if all_blocks else 0.0
     placement = table.placement(degree, block)
     if placement is None:
         return
@@ -233,9 +233,9 @@ def candidate_features(job: JobSpec, state: ClusterState, candidates: list[tuple
         row[ACTION_FEATURES:] = [((i - 1) % per_degree) / per_degree, x / C, y / R, max(z, 1) / S,
                                  c / C, r / R, (k % S) / S, 0.0]
         if d not in free_before:
-            free_before[d] = len(state.feasibility.free_blocks(d))
+            free_before[d] = state.feasibility.num_free_blocks(d)
         # Blocks free once this one is taken, counted by a search (not by reading every free block).
-        after = len(state.feasibility.engine.placer.free_blocks(d, state.feasibility.occupied_mask | block.mask))
+        after = state.feasibility.engine.placer.num_free_blocks(d, state.feasibility.occupied_mask | block.mask)
         row[-1] = after / free_before[d] if free_before[d] else 0.0
     return out
 

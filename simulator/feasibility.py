@@ -208,6 +208,12 @@ class FeasibilityTable:
         """The job would be accepted at ``degree`` (placed now and meeting its target)."""
         return self.meets_target(degree, block)
 
+    def num_free_blocks(self, degree: int) -> int:
+        """How many blocks of ``degree`` servers are free of other jobs (a count: listing them
+        all costs a block each, ~10^5 per degree on 65,536 servers)."""
+        self._check(degree)
+        return self.engine.placer.num_free_blocks(degree, self.occupied_mask)
+
     def free_blocks(self, degree: int) -> Sequence[Block]:
         """Candidate blocks of ``degree`` servers free of other jobs, in first-fit order (for learned
         placement; a lazy sequence: slice it rather than read every block of a big cluster)."""

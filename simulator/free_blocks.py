@@ -61,14 +61,24 @@ def diagonal_prefix(busy: NDArray[np.uint8]) -> NDArray[np.int32]:
     return D
 
 
+@njit(cache=True, inline="always")
+def _is_free(P: NDArray[np.int32], D: NDArray[np.int32], i: int, j: int, k: int, x: int, y: int, z: int) -> bool:
+    """No busy server in the block of shape ``(x, y, z)`` at cell ``(i, j, k)`` (O(1) on the prefix sums)."""
+    if z == -1:
+        return D[i + x, j + x, k] == D[i, j, k]
+    return (P[i + x, j + y, k + z] - P[i, j + y, k + z] - P[i + x, j, k + z] - P[i + x, j + y, k]
+            + P[i, j, k + z] + P[i, j + y, k] + P[i + x, j, k] - P[i, j, k]) == 0
+
+
 @njit(cache=True)
 def free_origins(P: NDArray[np.int32], D: NDArray[np.int32], free_cells: NDArray[np.int64],
                  shapes: NDArray[np.int64], c0: int, r0: int, s0: int, R: int, S: int,
-                 out_shape: NDArray[np.int64], out_origin: NDArray[np.int64]) -> int:
+                 out_shape: NDArray[np.int64], out_origin: NDArray[np.int64], count_only: bool = False) -> int:
     """Free blocks of the region ``P`` (box prefix) and ``D`` (diagonal prefix, read only for a
     diagonal shape) cover, in first-fit order: shapes in the order of ``shapes`` (rows
     ``(x, y, z)``), then origins ascending. Writes each block's row in ``shapes`` and its origin
-    server into ``out_shape`` / ``out_origin`` until they are full; returns how many it wrote.
+    server into ``out_shape`` / ``out_origin`` until they are full; returns how many it wrote
+    (``count_only``: writes nothing and returns how many there are, e.g. for a feature).
 
     A block's origin server is one of its own, so only free cells can be origins: ``free_cells``
     (the region's free cells as flat indices, ascending = origins in scan order) are the only
@@ -77,7 +87,7 @@ def free_origins(P: NDArray[np.int32], D: NDArray[np.int32], free_cells: NDArray
     nc, nr, ns = P.shape[0] - 1, P.shape[1] - 1, P.shape[2] - 1
     limit = out_origin.shape[0]
     count = 0
-    if limit == 0:
+    if limit == 0 and not count_only:
         return 0
     for q in range(shapes.shape[0]):
         x, y, z = shapes[q, 0], shapes[q, 1], shapes[q, 2]
@@ -93,13 +103,10 @@ def free_origins(P: NDArray[np.int32], D: NDArray[np.int32], free_cells: NDArray
             k = f % ns
             if j > last_j or k > last_k:
                 continue
-            if diagonal:
-                free = D[i + x, j + x, k] == D[i, j, k]
-            else:
-                free = (P[i + x, j + y, k + z] - P[i, j + y, k + z] - P[i + x, j, k + z]
-                        - P[i + x, j + y, k] + P[i, j, k + z] + P[i, j + y, k] + P[i + x, j, k]
-                        - P[i, j, k]) == 0
-            if free:
+            if _is_free(P, D, i, j, k, x, y, z):
+                if count_only:
+                    count += 1
+                    continue
                 out_shape[count] = q
                 out_origin[count] = ((c0 + i) * R + r0 + j) * S + s0 + k
                 count += 1
@@ -144,6 +151,7 @@ class FreeBlockIndex:
         self._full_boxes: list[Shape] = []
         self._full_diagonal = 0  # the shortest diagonal with no free block (0: none known)
         self._first: dict[int, tuple[Shape, int] | None] = {}
+        self._counts: dict[int, int] = {}
 
     def _known_full(self, shape: Shape) -> bool:
         """A shape containing one already known to have no free block here (so none itself)."""
@@ -199,7 +207,9 @@ class FreeBlockIndex:
             count += found
             if count == size:
                 break
-        return shapes, out_shape[:count], out_origin[:count]
+        if count < size:  # a copy: a view would keep the whole buffer (num_blocks entries) alive
+            return shapes, out_shape[:count].copy(), out_origin[:count].copy()
+        return shapes, out_shape, out_origin
 
     def first_origin(self, n: int) -> tuple[Shape, int] | None:
         """Shape and origin server of the first free block of ``n`` servers, or ``None`` (the
@@ -212,6 +222,33 @@ class FreeBlockIndex:
         shapes, rows, origins = self._search(n, 1)
         first = self._first[n] = (shapes[int(rows[0])], int(origins[0])) if origins.shape[0] else None
         return first
+
+    def count(self, n: int) -> int:
+        """How many free blocks of ``n`` servers there are (none is listed; cached)."""
+        found = self._blocks.get(n)
+        if found is not None:
+            return len(found)
+        counted = self._counts.get(n)
+        if counted is None:
+            counted = 0
+            if self.num_free >= n:
+                c0, _, r0, _, s0, _ = self.region
+                _, R, S = self.topology.shape
+                rows = self.topology.shape_array(n)
+                empty = np.empty(0, dtype=np.int64)
+                for q, shape in enumerate(self.topology.search_shapes(n)):
+                    if self._known_full(shape):
+                        continue
+                    if shape[2] == -1 and self._diagonal is None:
+                        self._diagonal = diagonal_prefix(self._busy)
+                    prefix = self._diagonal if shape[2] == -1 else self._box
+                    found_q = free_origins(self._box, prefix, self._free_cells, rows[q:q + 1], c0, r0, s0, R, S,
+                                           empty, empty, True)
+                    if not found_q:
+                        self._mark_full(shape)
+                    counted += found_q
+            self._counts[n] = counted
+        return counted
 
     def first(self, n: int) -> Block | None:
         """The first free block of ``n`` servers in first-fit order, or ``None``."""

@@ -238,6 +238,10 @@ class OpPlacer:
         sequence: a block is made when read)."""
         return self._allowed_blocks(degree, self.topology.all_servers_mask & ~occupied_mask)
 
+    def num_free_blocks(self, degree: int, occupied_mask: int) -> int:
+        """How many blocks of ``degree`` servers are free of other jobs (counted, not listed)."""
+        return self.free_index(self.topology.all_servers_mask & ~occupied_mask).count(degree)
+
     def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
               block: Block | None = None) -> Placement | None:
         """Place ``graph`` at ``degree`` given the servers other jobs hold; ``None`` if impossible.
