@@ -20,14 +20,19 @@ from typing import Any
 #: Per-decision wall seconds ``(fixed, per server)`` of each policy class on one core, fitted to
 #: the scale benchmark (physical scenario, paper graphs, Poisson arrivals, streamed results).
 POLICY_COST_S: dict[str, tuple[float, float]] = {
-    "ParaMax": (1.5e-4, 1.0e-8),
-    "ParaMin": (3.0e-4, 1.0e-8),
-    "RandomPolicy": (6.0e-4, 1.0e-8),
-    "FixedDegree": (1.5e-4, 1.0e-8),
-    "Sequential": (1.5e-4, 1.0e-8),
-    "MinFeasible": (8.0e-4, 5.0e-8),
-    "PacMLPolicy": (7.0e-3, 5.0e-8),
-    "CriticPolicy": (1.0e-2, 5.0e-8),
+    # para_max: 86 / 100 / 120 / 215 us per job on 32 / 512 / 4,096 / 65,536 servers with the paper's
+    # cap of 16; 490 us on 65,536 when it may use every degree (the per-server term covers both).
+    "ParaMax": (9.0e-5, 6.0e-9),
+    "ParaMin": (1.2e-4, 1.0e-8),
+    "RandomPolicy": (2.0e-4, 1.9e-8),
+    "FixedDegree": (9.0e-5, 6.0e-9),
+    "Sequential": (9.0e-5, 6.0e-9),
+    # min_feasible: 95 / 160 / 240-295 us / 1.36 ms.
+    "MinFeasible": (1.2e-4, 1.9e-8),
+    # The shipped agent: 0.5 / 0.7 / 0.9 ms on 32 / 512 / 4,096 servers.
+    "PacMLPolicy": (5.0e-4, 1.0e-7),
+    "CriticPolicy": (8.0e-4, 1.5e-7),
+    # Rollout planning: 0.2-0.3 s per decision on the paper cluster (not measured at scale).
     "RolloutLookahead": (0.3, 5.0e-6),
 }
 #: A policy this table does not know (a user's plug-in) is assumed to cost what min_feasible does.
@@ -36,12 +41,14 @@ DEFAULT_POLICY_COST_S = POLICY_COST_S["MinFeasible"]
 #: per job: its per-server cost is this many times the block mode's.
 OP_FIRST_FIT_FACTOR = 50.0
 
-#: Interpreter, numpy, SimPy and the graphs.
-BASE_MEMORY_BYTES = 250e6
+#: Interpreter, numpy, SimPy and the graphs (175 MB measured).
+BASE_MEMORY_BYTES = 200e6
 #: A policy that loads torch (``pacml.*``).
 TORCH_MEMORY_BYTES = 450e6
-#: Per server: coordinates, index, per-server arrays, occupancy and the running jobs it can hold.
-PER_SERVER_MEMORY_BYTES = 2.0e3
+#: Per server: coordinates, per-server arrays, occupancy, the running jobs it can hold and the
+#: placement caches, which grow with the shapes a bigger cluster offers (min_feasible on 65,536
+#: servers peaks at 958 MB, para_max at 233 MB).
+PER_SERVER_MEMORY_BYTES = 12.0e3
 
 
 @dataclass(frozen=True)

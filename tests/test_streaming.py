@@ -155,6 +155,21 @@ def test_a_kept_state_still_lists_the_jobs_running_at_its_decision() -> None:
         assert state.running == running
         assert [(e, m.bit_count()) for e, m in running] == list(state.releases)
 
+    class Releases(MinFeasible):
+        """Reads ``releases`` first (the simulation's own counts, not the masks' bits)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list = []
+
+        def decide(self, job, state):
+            self.seen.append(state.releases)
+            return super().decide(job, state)
+
+    first = Releases()
+    build_simulation(cfg).run(first)
+    assert [tuple((e, m.bit_count()) for e, m in running) for _, running in eager.seen] == first.seen
+
 
 def test_exact_sum_does_not_depend_on_order() -> None:
     rng = random.Random(0)
