@@ -143,6 +143,11 @@ def config_columns(runs: pd.DataFrame) -> list[str]:
 _SERVER_SPAN = re.compile(r"^(\d+)(?:\.\.(\d+))?$")
 
 
+#: A job holds at most the servers of RAMP's largest design (65,536): a bigger box in a ``servers``
+#: cell is a garbled file, refused before it is expanded (it could otherwise exhaust memory).
+MAX_SERVERS_PER_JOB = 65_536
+
+
 def job_server_names(cell: str) -> list[str]:
     """The ``c-r-s`` servers of one ``jobs.csv`` ``servers`` cell, in server-index order
     (``c``, then ``r``, then ``s``).
@@ -153,7 +158,7 @@ def job_server_names(cell: str) -> list[str]:
     Both forms are read; an empty cell is no server.
 
     Raises:
-        ValueError: A token that is neither form.
+        ValueError: A token that is neither form, or more servers than :data:`MAX_SERVERS_PER_JOB`.
     """
     coords: list[tuple[int, int, int]] = []
     for token in cell.split():
@@ -163,6 +168,8 @@ def job_server_names(cell: str) -> list[str]:
                                   for m in spans):
             raise ValueError(f"bad server {token[:40]!r}: expected c-r-s, each a number or a range a..b")
         c, r, s = (range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1) for m in spans if m is not None)
+        if len(coords) + len(c) * len(r) * len(s) > MAX_SERVERS_PER_JOB:
+            raise ValueError(f"bad server {token[:40]!r}: more than {MAX_SERVERS_PER_JOB:,} servers in one job")
         coords += [(ci, ri, si) for ci in c for ri in r for si in s]
     return [f"{c}-{r}-{s}" for c, r, s in sorted(coords)]
 

@@ -168,7 +168,8 @@ def _save(results: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", default="32,512,4096,65536", help="cluster sizes (servers)")
+    parser.add_argument("--sizes", default="32,512,4096,65536",
+                        help=f"cluster sizes (servers), among {', '.join(map(str, CLUSTERS))}")
     parser.add_argument("--policies", default="para_max,para_max_all,min_feasible,pacml")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per grid run")
     parser.add_argument("--target-jobs", type=int, default=100_000,
@@ -190,6 +191,10 @@ def main() -> None:
                                "lengths": []}
     sizes = [int(s) for s in args.sizes.split(",") if s]
     policies = [p for p in args.policies.split(",") if p]
+    for name, given, known in (("--sizes", sizes, CLUSTERS), ("--policies", policies, POLICIES)):
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            parser.error(f"{name}: unknown {unknown} (known: {', '.join(map(str, known))})")
     for servers in sizes:
         for policy in policies:
             row = measure(servers, policy, args.jobs, args.timeout)

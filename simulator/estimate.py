@@ -4,9 +4,10 @@ A run that cannot fit in memory, or would run for hours, is refused by the prefl
 simulator command with one line naming the key that overrides it (``max_estimated_hours``,
 ``max_estimated_memory_gb``). The estimate is a cost model fitted to ``benchmarks/bench_scale.py``
 on the 2-core reference machine (BENCHMARKS.md): per decision, a policy's own cost plus a cost that
-grows with the cluster (the free-block search), and memory of the interpreter, the policy (torch)
-and the cluster. It is meant to be right within a factor of about 3, which is what a "this would
-take 40 hours" or "this needs 90 GB" refusal needs; it errs towards running.
+grows with the cluster (the free-block search), and memory of the interpreter, the caches, the
+policy (torch) and the cluster. It is rough (measured off by up to 8x, both ways, on clusters far
+from the benchmark's): enough for a "this would take 40 hours" or "this needs 90 GB" refusal, not
+for planning.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ POLICY_COST_S: dict[str, tuple[float, float]] = {
     "Sequential": (9.0e-5, 6.0e-9),
     # min_feasible: 95 / 160 / 240-295 us / 1.36 ms.
     "MinFeasible": (1.2e-4, 1.9e-8),
-    # The shipped agent: 0.5 / 0.7 / 0.9 ms on 32 / 512 / 4,096 servers.
-    "PacMLPolicy": (5.0e-4, 1.0e-7),
-    "CriticPolicy": (8.0e-4, 1.5e-7),
-    # Rollout planning: 0.2-0.3 s per decision on the paper cluster (not measured at scale).
-    "RolloutLookahead": (0.3, 5.0e-6),
+    # The shipped agent: 0.5 / 0.7 / 0.9 ms on 32 / 512 / 4,096 servers at high load, 7 ms on 65,536;
+    # 38 ms on a mostly free 65,536-server cluster (its free-block counts grow with free servers).
+    "PacMLPolicy": (5.0e-4, 6.0e-7),
+    "CriticPolicy": (8.0e-4, 9.0e-7),
+    # Rollout planning: 0.2-0.3 s per decision on the paper cluster, 7.2 s on 65,536 servers.
+    "RolloutLookahead": (0.3, 1.1e-4),
 }
 #: A policy this table does not know (a user's plug-in) is assumed to cost what min_feasible does.
 DEFAULT_POLICY_COST_S = POLICY_COST_S["MinFeasible"]
@@ -41,14 +43,14 @@ DEFAULT_POLICY_COST_S = POLICY_COST_S["MinFeasible"]
 #: per job: its per-server cost is this many times the block mode's.
 OP_FIRST_FIT_FACTOR = 50.0
 
-#: Interpreter, numpy, SimPy and the graphs (175 MB measured).
-BASE_MEMORY_BYTES = 200e6
+#: Interpreter, numpy, SimPy and the graphs (175 MB measured), plus the placement and lookahead
+#: caches, each bounded (min_feasible on 65,536 servers peaks at 958 MB, para_max at 233 MB).
+BASE_MEMORY_BYTES = 1.0e9
 #: A policy that loads torch (``pacml.*``).
 TORCH_MEMORY_BYTES = 450e6
-#: Per server: coordinates, per-server arrays, occupancy, the running jobs it can hold and the
-#: placement caches, which grow with the shapes a bigger cluster offers (min_feasible on 65,536
-#: servers peaks at 958 MB, para_max at 233 MB).
-PER_SERVER_MEMORY_BYTES = 12.0e3
+#: Per server: coordinates, per-server arrays, occupancy and the running jobs it can hold
+#: (1,048,576 servers: 0.50 GB with para_max, 0.74 GB with min_feasible; 4.2 million: 1.4 GB).
+PER_SERVER_MEMORY_BYTES = 500.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ def _duration(seconds: float) -> str:
         return f"{seconds / 3600:.1f} h"
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
+    return f"{seconds:.2g} s"
 
 
 def refusal(est: RunEstimate, max_hours: float | None, max_memory_gb: float | None) -> tuple[str, str] | None:
@@ -142,13 +144,13 @@ def refusal(est: RunEstimate, max_hours: float | None, max_memory_gb: float | No
         limit_gb = None if ram is None else 0.9 * ram / 1e9
     if limit_gb is not None and est.memory_bytes / 1e9 > limit_gb:
         return ("max_estimated_memory_gb",
-                f"this run would need about {est.memory_bytes / 1e9:.1f} GB ({est.num_servers:,} servers), "
-                f"more than {limit_gb:.1f} GB{' (90% of this machine)' if max_memory_gb is None else ''}; "
+                f"this run would need about {est.memory_bytes / 1e9:.3g} GB ({est.num_servers:,} servers), "
+                f"more than {limit_gb:.3g} GB{' (90% of this machine)' if max_memory_gb is None else ''}; "
                 "use a smaller cluster, or raise max_estimated_memory_gb to run it anyway")
     if max_hours is not None and est.wall_s is not None and est.wall_s > max_hours * 3600:
         return ("max_estimated_hours",
                 f"this episode would run for about {_duration(est.wall_s)} ({est.arrivals:,.0f} arrivals x "
                 f"~{_per_decision(est.per_job_s)} per decision for policy {est.policy} on {est.num_servers:,} "
-                f"servers; the estimate can be off by 3x), more than max_estimated_hours={max_hours:g}; "
+                f"servers; a rough estimate), more than max_estimated_hours={max_hours:g}; "
                 "shorten horizon_s, or raise max_estimated_hours to run it anyway")
     return None

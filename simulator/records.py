@@ -270,6 +270,10 @@ class CsvStreamSink:
         self._lines: list[str] = []
         self._writer = csv.writer(self, lineterminator="\n")  # writes through self.write
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A run killed outright (SIGKILL, power) leaves its temporary file; one directory holds one
+        # run, so a new run here clears them instead of leaving hundreds of MB beside jobs.csv.
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         self._tmp = Path(tmp)
         mask = os.umask(0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,10 +114,21 @@ def _hydra_main(cfg: DictConfig) -> None:
     report_user_errors(PROG, body)
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (``timeout``, a batch scheduler) stops the run like Ctrl-C: the streamed jobs.csv
+    is discarded, not left as a temporary file."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Console entry point (``pacml-sim``)."""
     preflight(COMMAND, sys.argv[1:])
-    _hydra_main()
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        _hydra_main()
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted; the unfinished run wrote no jobs.csv or summary.json\n")
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -242,3 +242,16 @@ def test_any_server_set_round_trips(servers: set[int]) -> None:
 @cache
 def _small() -> RampTopology:
     return RampTopology(8, 6, 4)
+
+
+def test_a_new_run_clears_the_temporary_file_a_killed_run_left(tmp_path: Path) -> None:
+    stale = tmp_path / ".jobs.csv.k1ll3d.tmp"
+    stale.write_text("half a file")
+    sink = CsvStreamSink(tmp_path / "jobs.csv")
+    sink.close()
+    assert not stale.exists() and (tmp_path / "jobs.csv").exists()
+
+
+def test_a_garbled_server_box_is_refused_before_it_is_expanded() -> None:
+    with pytest.raises(ValueError, match="more than 65,536 servers"):
+        job_server_names("0..99999999-0..99999999-0..99999999")
