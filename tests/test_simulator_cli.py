@@ -45,6 +45,8 @@ def test_a_run_writes_jobs_and_summary_beside_its_config(tmp_path: Path) -> None
      "arrivals.rate_per_s': must be a finite number > 0, got -1"),
     (["mean_interarrival_s=-5"], "mean_interarrival_s': must be > 0, got -5"),
     (["policy=fixed", "policy.degree=3"], "policy.degree=3 is not offered on this cluster"),
+    (["cluster=ramp65536", "policy=fixed", "policy.degree=1023"],
+     "policy.degree=1023 is not offered on this cluster (308 degrees from 1 to 1024; nearest: 1014 or 1024)"),
 ])
 def test_bad_input_gives_one_clear_line(tmp_path: Path, args: list[str], expected: str) -> None:
     proc = run_sim(*args, cwd=tmp_path)

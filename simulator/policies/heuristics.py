@@ -96,6 +96,17 @@ class RandomPolicy:
         return Decision(int(self.rng.choice(valid)) if valid else 0)
 
 
+def _offered(degree: int, degrees: tuple[int, ...]) -> str:
+    """The offered degrees for an error message: all of them when few, else the nearest ones (a
+    65,536-server RAMP offers 308)."""
+    if len(degrees) <= 16:
+        return f"degrees: {degrees}"
+    below = max((d for d in degrees if d < degree), default=None)
+    above = min((d for d in degrees if d > degree), default=None)
+    near = " or ".join(str(d) for d in (below, above) if d is not None)
+    return f"{len(degrees)} degrees from {degrees[0]} to {degrees[-1]}; nearest: {near}"
+
+
 class FixedDegree:
     """Always the same degree (``policy.degree=k``); ``degree=1`` is the sequential baseline."""
 
@@ -109,7 +120,7 @@ class FixedDegree:
         """Before any work: the degree must be one the cluster offers (hook of ``build.check_buildable``)."""
         degree = node.get("degree", 1)
         if isinstance(degree, int) and degree and degree not in topology.degrees:
-            raise ConfigError(f"policy.degree={degree} is not offered on this cluster (degrees: {topology.degrees})")
+            raise ConfigError(f"policy.degree={degree} is not offered on this cluster ({_offered(degree, topology.degrees)})")
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless."""
@@ -118,7 +129,7 @@ class FixedDegree:
         """Return the fixed degree (blocked by the simulator if it cannot be placed)."""
         if self.degree and self.degree not in state.feasibility.degrees:
             raise InvalidDecision(f"policy.degree={self.degree} is not offered on this cluster "
-                                  f"(degrees: {state.feasibility.degrees})")
+                                  f"({_offered(self.degree, state.feasibility.degrees)})")
         return Decision(self.degree)
 
 
