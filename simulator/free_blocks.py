@@ -160,6 +160,24 @@ class FreeBlockIndex:
             return 0 < self._full_diagonal <= x
         return any(a <= x and b <= y and c <= z for a, b, c in self._full_boxes)
 
+    def _scan(self, shape: Shape, row: NDArray[np.int64], out_shape: NDArray[np.int64],
+              out_origin: NDArray[np.int64], count_only: bool = False) -> int:
+        """Free blocks of one shape (``row``: its row of the shape array) written into the outputs
+        until they are full, or counted; a shape found full is remembered, one known full skipped."""
+        if self._known_full(shape):
+            return 0
+        if shape[2] == -1 and self._diagonal is None:
+            # Built only when a scan reaches a diagonal (first fit usually stops at a box before).
+            self._diagonal = diagonal_prefix(self._busy)
+        prefix = self._diagonal if shape[2] == -1 else self._box
+        c0, _, r0, _, s0, _ = self.region
+        _, R, S = self.topology.shape
+        found = free_origins(self._box, prefix, self._free_cells, row, c0, r0, s0, R, S, out_shape, out_origin,
+                             count_only)
+        if not found:
+            self._mark_full(shape)
+        return found
+
     def _mark_full(self, shape: Shape) -> None:
         x, y, z = shape
         if z == -1:
@@ -188,21 +206,10 @@ class FreeBlockIndex:
         out_origin = np.empty(size, dtype=np.int64)
         if not size:
             return shapes, out_shape, out_origin
-        c0, _, r0, _, s0, _ = self.region
-        _, R, S = topo.shape
         rows = topo.shape_array(n)
         count = 0
         for q, shape in enumerate(shapes):
-            if self._known_full(shape):
-                continue
-            if shape[2] == -1 and self._diagonal is None:
-                # Built only when a scan reaches a diagonal (first fit usually stops at a box before).
-                self._diagonal = diagonal_prefix(self._busy)
-            prefix = self._diagonal if shape[2] == -1 else self._box
-            found = free_origins(self._box, prefix, self._free_cells, rows[q:q + 1], c0, r0, s0, R, S,
-                                 out_shape[count:], out_origin[count:])
-            if not found:
-                self._mark_full(shape)
+            found = self._scan(shape, rows[q:q + 1], out_shape[count:], out_origin[count:])
             out_shape[count:count + found] = q
             count += found
             if count == size:
@@ -232,21 +239,10 @@ class FreeBlockIndex:
         if counted is None:
             counted = 0
             if self.num_free >= n:
-                c0, _, r0, _, s0, _ = self.region
-                _, R, S = self.topology.shape
                 rows = self.topology.shape_array(n)
                 empty = np.empty(0, dtype=np.int64)
                 for q, shape in enumerate(self.topology.search_shapes(n)):
-                    if self._known_full(shape):
-                        continue
-                    if shape[2] == -1 and self._diagonal is None:
-                        self._diagonal = diagonal_prefix(self._busy)
-                    prefix = self._diagonal if shape[2] == -1 else self._box
-                    found_q = free_origins(self._box, prefix, self._free_cells, rows[q:q + 1], c0, r0, s0, R, S,
-                                           empty, empty, True)
-                    if not found_q:
-                        self._mark_full(shape)
-                    counted += found_q
+                    counted += self._scan(shape, rows[q:q + 1], empty, empty, count_only=True)
             self._counts[n] = counted
         return counted
 
