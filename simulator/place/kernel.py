@@ -112,6 +112,34 @@ def _q_pop(q, base, size):
     return top, size
 
 
+@njit(cache=True, inline="always")
+def _ready_queues(dur, server, num_servers):
+    """Static priority and per-device ready queues of a list schedule: ``order[rank]`` is the task
+    of each rank in (duration, index) order, ``rank`` its inverse, and ``base[s]`` the start of
+    device ``s``'s heap region in one shared array (regions sized by task counts)."""
+    n = dur.shape[0]
+    order = np.argsort(dur, kind="mergesort")
+    rank = np.empty(n, np.int64)
+    for r in range(n):
+        rank[order[r]] = r
+    base = np.zeros(num_servers + 1, np.int64)
+    for i in range(n):
+        base[server[i] + 1] += 1
+    for s in range(num_servers):
+        base[s + 1] += base[s]
+    return order, rank, base
+
+
+@njit(cache=True, inline="always")
+def _touch(touched, is_touched, ntouched, s):
+    """Note device ``s`` for the dispatch at the end of this instant (once); returns the count."""
+    if not is_touched[s]:
+        is_touched[s] = True
+        touched[ntouched] = s
+        ntouched += 1
+    return ntouched
+
+
 @njit(cache=True)
 def list_schedule_nb(out_ptr, out_dst, indeg, out_dur, dur, server, sources, num_servers, start, finish):
     """The compiled kernel (see module docstring); fills ``start`` and ``finish`` in place.
@@ -129,17 +157,7 @@ def list_schedule_nb(out_ptr, out_dst, indeg, out_dur, dur, server, sources, num
         Whether every task was scheduled (``False``: the graph has a cycle).
     """
     n = dur.shape[0]
-    # Static priority: rank of each task in (duration, index) order; order[rank] is the task.
-    order = np.argsort(dur, kind="mergesort")
-    rank = np.empty(n, np.int64)
-    for r in range(n):
-        rank[order[r]] = r
-    # One heap region per device, sized by its task count.
-    base = np.zeros(num_servers + 1, np.int64)
-    for i in range(n):
-        base[server[i] + 1] += 1
-    for s in range(num_servers):
-        base[s + 1] += base[s]
+    order, rank, base = _ready_queues(dur, server, num_servers)
     q = np.empty(max(n, 1), np.int64)
     qsize = np.zeros(num_servers, np.int64)
     busy = np.zeros(num_servers, np.bool_)
@@ -176,18 +194,12 @@ def list_schedule_nb(out_ptr, out_dst, indeg, out_dur, dur, server, sources, num
                         if ready_at[d] <= now:
                             sd = server[d]
                             qsize[sd] = _q_push(q, base[sd], qsize[sd], rank[d])
-                            if not is_touched[sd]:
-                                is_touched[sd] = True
-                                touched[ntouched] = sd
-                                ntouched += 1
+                            ntouched = _touch(touched, is_touched, ntouched, sd)
                         else:
                             nev = _ev_push(ev_t, ev_k, nev, ready_at[d], _RELEASE * n + d)
             else:
                 qsize[s] = _q_push(q, base[s], qsize[s], rank[op])
-            if not is_touched[s]:
-                is_touched[s] = True
-                touched[ntouched] = s
-                ntouched += 1
+            ntouched = _touch(touched, is_touched, ntouched, s)
         for j in range(ntouched):
             s = touched[j]
             is_touched[s] = False
@@ -533,15 +545,7 @@ def aggregate_schedule_nb(offset, sub_origin, dur, server, num_servers, out_ptr,
     """
     n = dur.shape[0]
     num_ops = offset.shape[0] - 1
-    order = np.argsort(dur, kind="mergesort")
-    rank = np.empty(n, np.int64)
-    for r in range(n):
-        rank[order[r]] = r
-    base = np.zeros(num_servers + 1, np.int64)
-    for i in range(n):
-        base[server[i] + 1] += 1
-    for s in range(num_servers):
-        base[s + 1] += base[s]
+    order, rank, base = _ready_queues(dur, server, num_servers)
     q = np.empty(max(n, 1), np.int64)
     qsize = np.zeros(num_servers, np.int64)
     busy = np.zeros(num_servers, np.bool_)
@@ -614,20 +618,14 @@ def aggregate_schedule_nb(offset, sub_origin, dur, server, num_servers, out_ptr,
                             if pending[d] == 0:
                                 if ready_at[d] <= now:
                                     qsize[sd] = _q_push(q, base[sd], qsize[sd], rank[d])
-                                    if not is_touched[sd]:
-                                        is_touched[sd] = True
-                                        touched[ntouched] = sd
-                                        ntouched += 1
+                                    ntouched = _touch(touched, is_touched, ntouched, sd)
                                 else:
                                     nev = _ev_push(ev_t, ev_k, nev, ready_at[d], _RELEASE * n + d)
                     for i in range(offset[u], offset[u + 1]):
                         smax[server[i]] = -np.inf
             else:
                 qsize[s] = _q_push(q, base[s], qsize[s], rank[op])
-            if not is_touched[s]:
-                is_touched[s] = True
-                touched[ntouched] = s
-                ntouched += 1
+            ntouched = _touch(touched, is_touched, ntouched, s)
         for j in range(ntouched):
             s = touched[j]
             is_touched[s] = False
