@@ -1,0 +1,355 @@
+"""One degree agent across conditions: a learned *rule selector* (issue: PAC-ML that adapts).
+
+Why this design. The shipped per-beta agents learned to copy the ``min_feasible(k)`` rule they were
+warm-started from, and the best ``k`` changes with the load, the arrival process, the cluster's
+shape and the job mix (the best rule's blocking is often half the wrong rule's). So the first
+thing one agent across conditions has to learn is *which rule this condition calls for*, from
+what it can observe. This agent does exactly that:
+
+* **Condition features** (:class:`ConditionTracker`): the cluster's size and shape (log2), and,
+  from a window of the last :data:`WINDOW` arrivals the policy has seen, the offered load (arrival
+  rate x mean sequential JCT / servers), the burstiness of arrivals (coefficient of variation of
+  the gaps), the targets (mean, spread and low quantile of beta) and the job mix (mean and spread
+  of log sequential JCT / gap). None of them depends on the cluster's size except through the
+  explicit size features, and none on the policy's own past decisions.
+* **Rules as actions** (:func:`rule_candidates`): ``para_max`` (the paper's cap of 16 and, on a
+  bigger cluster, the cluster's own cap) and ``min_feasible(k)`` for every degree ``k`` the cluster
+  offers, each described by size-independent features (``log2 k``, ``k`` / servers, ``k`` /
+  max degree, kind).
+* **Selector** (:class:`Selector`): one MLP scores (condition, rule) pairs; the policy takes the
+  best-scoring rule for the current condition and the degree that rule gives the arriving job.
+  It is trained to minimise the *expected regret* ``sum_r p(r) (blocking(r) - blocking(best))``
+  measured by simulation on many randomised training conditions (:func:`sample_condition`,
+  :func:`teacher_search`), so near-ties cost nothing and a wrong pick is weighted by what it
+  costs.
+
+The network is tiny; decisions run it in numpy (no torch at decision time), so a decision costs
+the rule's own feasibility queries plus a few microseconds.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.cluster import ClusterState
+from simulator.policies.heuristics import min_feasible_degree
+from simulator.policy import Decision
+from simulator.topology import RampTopology
+from workloads.io import atomic_write
+from workloads.jobs import JobSpec
+
+log = logging.getLogger(__name__)
+
+ADAPTIVE_FORMAT = "pacml-adaptive"
+ADAPTIVE_VERSION = 1
+#: Recent arrivals the condition features are estimated from.
+WINDOW = 64
+CONDITION_FEATURES = 14
+RULE_FEATURES = 6
+#: The paper's para_max cap (spec §13).
+PARA_MAX_CAP = 16
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A degree rule: ``para_max`` (largest degree the paper's mask allows, up to ``k``) or
+    ``min_feasible`` (smallest feasible degree >= ``k``, else the largest feasible one below)."""
+
+    kind: str
+    k: int
+
+    @property
+    def label(self) -> str:
+        """Short name, e.g. ``min_feasible(6)`` or ``para_max(16)``."""
+        return f"{self.kind}({self.k})"
+
+    def degree(self, state: ClusterState) -> int:
+        """The degree this rule gives the arriving job (0 rejects)."""
+        table = state.feasibility
+        if self.kind == "min_feasible":
+            return min_feasible_degree(table, self.k)
+        mask = table.mask("paper")
+        return max((d for d in table.degrees if d <= self.k and mask[d]), default=0)
+
+
+def rule_candidates(topology: RampTopology) -> list[Rule]:
+    """Every rule offered on ``topology``: para_max (cap 16, and the cluster's cap when larger),
+    then ``min_feasible(k)`` for every degree ``k`` the cluster offers."""
+    top = max(topology.degrees)
+    rules = [Rule("para_max", min(PARA_MAX_CAP, top))]
+    if top > PARA_MAX_CAP:
+        rules.append(Rule("para_max", top))
+    rules += [Rule("min_feasible", k) for k in topology.degrees]
+    return rules
+
+
+def _log2(x: float) -> float:
+    return math.log2(x) if x > 0 else 0.0
+
+
+def rule_features(rule: Rule, topology: RampTopology) -> NDArray[np.float32]:
+    """Size-independent description of a rule on a cluster, ``(RULE_FEATURES,)``."""
+    top = max(topology.degrees)
+    return np.array([
+        float(rule.kind == "para_max"),
+        _log2(rule.k) / 6.0,
+        rule.k / topology.num_servers,
+        _log2(rule.k) / max(_log2(top), 1.0),
+        float(rule.k == top),
+        float(rule.k == min(PARA_MAX_CAP, top)),
+    ], dtype=np.float32)
+
+
+def cluster_features(topology: RampTopology) -> NDArray[np.float32]:
+    """The cluster's size and shape: log2 of servers, of groups, racks and servers per rack, and
+    of the largest degree, scaled to about [0, 1]."""
+    c, r, s = topology.shape
+    return np.array([_log2(topology.num_servers) / 16.0, _log2(c) / 6.0, _log2(r) / 6.0, _log2(s) / 6.0,
+                     _log2(max(topology.degrees)) / 10.0], dtype=np.float32)
+
+
+class ConditionTracker:
+    """Estimates the condition (load, arrivals, targets, job mix) from the arrivals seen so far.
+
+    Only the arriving jobs are used (times, sequential JCTs, targets), never the policy's own
+    decisions, so the estimate is the same whichever rule is followed.
+    """
+
+    def __init__(self, window: int = WINDOW) -> None:
+        self.window = window
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (a new episode)."""
+        self._times: deque[float] = deque(maxlen=self.window + 1)
+        self._seq: deque[float] = deque(maxlen=self.window)
+        self._beta: deque[float] = deque(maxlen=self.window)
+
+    def observe(self, job: JobSpec) -> None:
+        """Record an arriving job (call once per job, before :meth:`features`)."""
+        self._times.append(job.arrival_time_s)
+        self._seq.append(job.sequential_jct_s)
+        self._beta.append(job.beta)
+
+    def features(self, topology: RampTopology) -> NDArray[np.float32]:
+        """``(CONDITION_FEATURES,)``: cluster, then load, burstiness, targets, mix, window fill."""
+        times = np.fromiter(self._times, float)
+        gaps = np.diff(times)
+        gaps = gaps[gaps >= 0]
+        seq = np.fromiter(self._seq, float)
+        beta = np.fromiter(self._beta, float)
+        if gaps.size and gaps.mean() > 0:
+            gap = float(gaps.mean())
+            cv = float(gaps.std() / gap)
+        else:
+            gap, cv = float("nan"), 0.0
+        if math.isfinite(gap) and seq.size:
+            load = float(seq.mean()) / gap / topology.num_servers
+            rel = np.log10(np.maximum(seq, 1e-12) / gap)
+            mix_mean, mix_std = float(rel.mean()), float(rel.std())
+        else:  # one arrival: no rate yet
+            load, mix_mean, mix_std = 0.0, 0.0, 0.0
+        return np.concatenate([cluster_features(topology), np.array([
+            math.log10(load) / 2.0 if load > 0 else -2.0,
+            min(cv, 3.0),
+            float(beta.mean()) if beta.size else 0.5,
+            float(beta.std()) if beta.size else 0.0,
+            float(np.quantile(beta, 0.2)) if beta.size else 0.5,
+            mix_mean / 2.0,
+            mix_std,
+            min(len(self._seq) / self.window, 1.0),
+            float(job_count_flag(len(self._seq))),
+        ], dtype=np.float32)]).astype(np.float32)
+
+
+def job_count_flag(n: int) -> bool:
+    """Whether fewer than 8 arrivals were seen (the estimates are still poor)."""
+    return n < 8
+
+
+# ---------------------------------------------------------------------------- the selector (numpy)
+def _relu(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.maximum(x, 0.0)
+
+
+@dataclass
+class SelectorWeights:
+    """Weights of the selector MLP (numpy), ``score = w3 . relu(W2 relu(W1 [cond, rule] + b1) + b2) + b3``."""
+
+    layers: list[tuple[NDArray[np.float64], NDArray[np.float64]]]
+
+    def scores(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64]:
+        """Score of every rule (rows of ``rules``) under condition ``cond``."""
+        x = np.concatenate([np.broadcast_to(cond, (len(rules), len(cond))), rules], axis=1).astype(np.float64)
+        for i, (w, b) in enumerate(self.layers):
+            x = x @ w.T + b
+            if i < len(self.layers) - 1:
+                x = _relu(x)
+        return x[:, 0]
+
+
+def save_adaptive(path: str | Path, weights: SelectorWeights, meta: dict[str, Any]) -> Path:
+    """Write an adaptive-agent checkpoint atomically (numpy arrays in a torch-free pickle-free npz)."""
+    arrays = {f"w{i}": w for i, (w, _) in enumerate(weights.layers)}
+    arrays |= {f"b{i}": b for i, (_, b) in enumerate(weights.layers)}
+    import json
+
+    arrays["meta"] = np.frombuffer(json.dumps({"format": ADAPTIVE_FORMAT, "version": ADAPTIVE_VERSION,
+                                               "num_layers": len(weights.layers), **meta}).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
+    """Read a checkpoint written by :func:`save_adaptive`."""
+    import json
+
+    from simulator.errors import ConfigError
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode())
+            n = int(meta["num_layers"])
+            layers = [(data[f"w{i}"].astype(np.float64), data[f"b{i}"].astype(np.float64)) for i in range(n)]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc}", field="policy.checkpoint") from None
+    if meta.get("format") != ADAPTIVE_FORMAT:
+        raise ConfigError(f"{path} is not a pacml adaptive checkpoint", field="policy.checkpoint")
+    return SelectorWeights(layers), meta
+
+
+class AdaptivePolicy:
+    """The adaptive degree agent: pick the rule the selector scores best for the condition seen so
+    far, and decide the job with it.
+
+    Args:
+        checkpoint: ``adaptive.npz`` file, a run directory holding one, or a shipped name.
+        weights: In-memory weights instead of a file (training-time evaluation).
+    """
+
+    def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None) -> None:
+        if weights is None:
+            from pacml.policy import _resolve
+
+            if checkpoint is None:
+                from simulator.errors import ConfigError
+
+                raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
+            weights, self.meta = load_adaptive(_resolve(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
+        else:
+            self.meta = {}
+        self.weights = weights
+        self.tracker = ConditionTracker()
+        self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
+        #: Rule used for each decision of the current episode (labels), for analysis.
+        self.chosen: list[str] = []
+
+    def reset(self, seed: int | None = None) -> None:
+        """A new episode: forget the arrivals seen."""
+        self.tracker.reset()
+        self.chosen = []
+
+    def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
+        key = id(topology)
+        got = self._rules.get(key)
+        if got is None:
+            rules = rule_candidates(topology)
+            got = self._rules[key] = (rules, np.stack([rule_features(r, topology) for r in rules]))
+        return got
+
+    def select(self, job: JobSpec, state: ClusterState) -> Rule:
+        """Observe the job and return the rule the selector picks for the condition."""
+        self.tracker.observe(job)
+        rules, feats = self._rule_table(state.topology)
+        scores = self.weights.scores(self.tracker.features(state.topology), feats)
+        return rules[int(np.argmax(scores))]
+
+    def decide(self, job: JobSpec, state: ClusterState) -> Decision:
+        """The selected rule's degree for the job (0 rejects)."""
+        rule = self.select(job, state)
+        self.chosen.append(rule.label)
+        return Decision(rule.degree(state))
+
+
+# ---------------------------------------------------------------------------- training conditions
+#: Cluster shapes (groups, racks, servers per rack) and their largest degree, sampled in training:
+#: the paper's 32-server RAMP, 64, 128, 256 and 512 servers in several shapes.
+TRAIN_CLUSTERS: tuple[tuple[int, int, int, int], ...] = (
+    (4, 4, 2, 16), (4, 4, 4, 16), (2, 4, 4, 16), (4, 4, 8, 16), (8, 4, 4, 16), (4, 8, 8, 32),
+    (8, 8, 4, 32), (8, 8, 8, 64),
+)
+#: Graphs training conditions draw their mixes from: the paper's five plus NASNet. DenseNet-121,
+#: Inception-v3, ResNet-50 and ResNeXt-50 are kept out (the unseen-graph condition).
+TRAIN_GRAPHS = ("alexnet", "gnmt", "resnet18", "squeezenet1_0", "vgg16", "nasnetamobile")
+PAPER_INTERARRIVAL_S = 1000.0
+PAPER_SERVERS = 32
+
+
+def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 600) -> list[str]:
+    """Hydra overrides of one random training condition (paper scenario units)."""
+    c, r, s, top = TRAIN_CLUSTERS[int(rng.integers(len(TRAIN_CLUSTERS)))]
+    servers = c * r * s
+    factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
+    gap = PAPER_INTERARRIVAL_S * PAPER_SERVERS / servers * factor
+    beta = ["beta=A", "beta=B", "beta=C", "beta=D", "beta=uniform", "beta=fixed"][int(rng.integers(6))]
+    over = ["scenario=paper", beta, f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
+            f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}",
+            f"arrivals={'poisson' if rng.random() < 0.5 else 'fixed'}",
+            f"mean_interarrival_s={gap:.6g}", f"horizon_s={gap * jobs_per_episode:.6g}"]
+    if beta == "beta=fixed":
+        over.append(f"beta.value={float(rng.choice([0.2, 0.3, 0.4, 0.5, 0.7, 1.0]))}")
+    if rng.random() < 0.3:
+        graphs = list(TRAIN_GRAPHS[:5])
+    else:
+        size = int(rng.integers(2, len(TRAIN_GRAPHS) + 1))
+        graphs = sorted(rng.choice(TRAIN_GRAPHS, size=size, replace=False).tolist())
+    over.append(f"workload.graphs=[{','.join(graphs)}]")
+    return over
+
+
+def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24) -> dict[str, Any]:
+    """Every rule of :func:`rule_candidates` on ``seeds`` of one condition.
+
+    Returns the rules' labels and features, their blocking rates ``(rules, seeds)`` and condition
+    features sampled along the episodes (the same for every rule: they depend only on arrivals).
+    """
+    from pacml.env import compose_sim_config
+    from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
+
+    cfg = compose_sim_config([*overrides, "progress=false"])
+    topology = build_topology(cfg)
+    feas = build_feasibility(topology, cfg.get("sim", {}))
+    workload = build_workload(cfg)
+    rules = rule_candidates(topology)
+    blocking = np.zeros((len(rules), len(seeds)))
+    conds: list[NDArray[np.float32]] = []
+    for j, seed in enumerate(seeds):
+        for i, rule in enumerate(rules):
+            tracker = ConditionTracker() if i == 0 else None
+            sim = build_simulation(cfg, seed=int(seed), feasibility=feas, workload=workload)
+            n = 0
+            while (job := sim.next_job()) is not None:
+                state = sim.state()
+                if tracker is not None:
+                    tracker.observe(job)
+                    n += 1
+                    conds.append(tracker.features(topology))
+                sim.apply(Decision(rule.degree(state)))
+            blocking[i, j] = sim.finalize().summary["blocking_rate"]
+    rng = np.random.default_rng(abs(hash(tuple(overrides))) % 2**32)
+    cond = np.stack(conds)
+    keep = rng.choice(len(cond), size=min(samples_per_episode * len(seeds), len(cond)), replace=False)
+    return {"overrides": list(overrides), "seeds": [int(s) for s in seeds], "rules": [r.label for r in rules],
+            "rule_features": np.stack([rule_features(r, topology) for r in rules]),
+            "blocking": blocking, "conditions": cond[np.sort(keep)]}

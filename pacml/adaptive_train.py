@@ -1,0 +1,355 @@
+"""Training the adaptive agent (``pacml-train-adaptive``): teacher search, then the selector fit.
+
+1. **Teacher search**: ``num_conditions`` random conditions (:func:`pacml.adaptive.sample_condition`:
+   beta A-D, uniform and fixed targets; 0.25x-4x the paper's load per server; fixed and Poisson
+   arrivals; eight clusters of 32-512 servers; mixes of six graphs), each simulated under every
+   rule on ``seeds_per_condition`` training seeds, in ``workers`` processes. One atomic
+   ``conditions/NNNN.npz`` per condition, so a re-run in the same directory computes only what is
+   missing (resume).
+2. **Fit**: the selector MLP minimises the expected regret over the conditions not held out for
+   validation (every ``val_every``-th condition); the epoch with the lowest validation regret of
+   the *argmax* rule is kept.
+
+Everything runs within ``time_budget_s`` (teacher search gets ``teacher_budget_frac`` of it; the
+processes still running at its deadline are stopped and their conditions dropped).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import multiprocessing as mp
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pacml.adaptive import SelectorWeights, sample_condition, save_adaptive, teacher_search
+from pacml.env import TRAIN_SEED_LOW
+from workloads.io import atomic_write, atomic_write_text
+
+log = logging.getLogger(__name__)
+PROG = "pacml-train-adaptive"
+
+
+@dataclass
+class AdaptiveTrainConfig:
+    """Knobs of ``pacml-train-adaptive`` (``conf/train_adaptive.yaml``)."""
+
+    num_conditions: int = 400
+    seeds_per_condition: int = 3
+    jobs_per_episode: int = 600
+    workers: int = 2
+    seed: int = 0
+    time_budget_s: float = 3600.0
+    teacher_budget_frac: float = 0.85
+    val_every: int = 5
+    hidden: int = 64
+    epochs: int = 400
+    learning_rate: float = 3.0e-3
+    weight_decay: float = 1.0e-4
+    torch_threads: int = 1
+
+
+def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
+    """The overrides of training condition ``index`` (a pure function of the run's seed)."""
+    return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode)
+
+
+def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
+    """Training simulation seeds of condition ``index`` (>= TRAIN_SEED_LOW, never evaluation seeds)."""
+    base = TRAIN_SEED_LOW + 1000 * cfg.seed + index * cfg.seeds_per_condition
+    return [base + s for s in range(cfg.seeds_per_condition)]
+
+
+def _search_worker(args: tuple[list[str], list[int], str]) -> tuple[str, float]:
+    overrides, seeds, path = args
+    start = time.perf_counter()
+    res = teacher_search(overrides, seeds)
+    meta = json.dumps({"overrides": res["overrides"], "seeds": res["seeds"], "rules": res["rules"]})
+
+    def write(fh: Any) -> None:
+        np.savez(fh, blocking=res["blocking"], rule_features=res["rule_features"], conditions=res["conditions"],
+                 meta=np.frombuffer(meta.encode(), dtype=np.uint8))
+
+    atomic_write(path, write)
+    return path, time.perf_counter() - start
+
+
+def load_condition(path: Path) -> dict[str, Any]:
+    """One teacher-search result file."""
+    with np.load(path, allow_pickle=False) as data:
+        out = {k: data[k] for k in ("blocking", "rule_features", "conditions")}
+        out |= json.loads(bytes(data["meta"]).decode())
+    return out
+
+
+def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: bool = True,
+           on_done: Any = None) -> list[Path]:
+    """Teacher search over the run's conditions until done or ``deadline`` (``time.monotonic``);
+    ``on_done()`` is called after each condition is written."""
+    folder = out_dir / "conditions"
+    folder.mkdir(parents=True, exist_ok=True)
+    todo = [(condition_overrides(cfg, i), condition_seeds(cfg, i), str(folder / f"{i:04d}.npz"))
+            for i in range(cfg.num_conditions) if not (folder / f"{i:04d}.npz").is_file()]
+    done = cfg.num_conditions - len(todo)
+    log.info("teacher search: %d of %d conditions done, %d to go (%d workers)", done, cfg.num_conditions,
+             len(todo), cfg.workers)
+    ctx = mp.get_context("forkserver")
+    pool = ctx.Pool(cfg.workers)
+    try:
+        pending: list[Any] = []
+        queue = list(todo)
+        start = time.monotonic()
+        while queue or pending:
+            while queue and len(pending) < cfg.workers and time.monotonic() < deadline:
+                pending.append(pool.apply_async(_search_worker, (queue.pop(0),)))
+            if time.monotonic() >= deadline:
+                log.info("teacher search: time budget reached with %d conditions unfinished",
+                         len(queue) + len(pending))
+                break
+            finished = [p for p in pending if p.ready()]
+            for p in finished:
+                pending.remove(p)
+                path, took = p.get()
+                done += 1
+                if on_done is not None:
+                    on_done()
+                if progress:
+                    log.info("condition %s searched in %.1f s (%d/%d, %.0f s elapsed)", Path(path).stem, took, done,
+                             cfg.num_conditions, time.monotonic() - start)
+            if not finished:
+                time.sleep(0.2)
+    finally:
+        pool.terminate()
+        pool.join()
+    return sorted(folder.glob("*.npz"))
+
+
+def _dataset(results: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
+    """Padded tensors: condition samples ``(N, C)``, their rules ``(N, R, F)``, regrets ``(N, R)``
+    (``inf`` pads missing rules)."""
+    import torch
+
+    width = max(len(r["rules"]) for r in results)
+    conds, rules, regrets = [], [], []
+    for r in results:
+        mean = r["blocking"].mean(axis=1)
+        regret = np.full(width, np.inf)
+        regret[: len(mean)] = mean - mean.min()
+        feats = np.zeros((width, r["rule_features"].shape[1]), dtype=np.float32)
+        feats[: len(mean)] = r["rule_features"]
+        for c in r["conditions"]:
+            conds.append(c)
+            rules.append(feats)
+            regrets.append(regret)
+    return (torch.tensor(np.stack(conds)), torch.tensor(np.stack(rules)),
+            torch.tensor(np.stack(regrets), dtype=torch.float32))
+
+
+def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[str, Any]], out_dir: Path,
+        deadline: float) -> tuple[SelectorWeights, dict[str, float]]:
+    """Fit the selector by expected regret; keep the epoch with the best validation argmax regret."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.torch_threads)
+    xc, xr, reg = _dataset(train)
+    vc, vr, vreg = _dataset(val) if val else (xc, xr, reg)
+    dim = xc.shape[1] + xr.shape[2]
+    net = nn.Sequential(nn.Linear(dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(),
+                        nn.Linear(cfg.hidden, 1))
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+    def scores(c: torch.Tensor, r: torch.Tensor, regret: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([c.unsqueeze(1).expand(-1, r.shape[1], -1), r], dim=2)
+        return net(x).squeeze(-1).masked_fill(torch.isinf(regret), -1e9)
+
+    def argmax_regret(c: torch.Tensor, r: torch.Tensor, regret: torch.Tensor) -> float:
+        with torch.no_grad():
+            pick = scores(c, r, regret).argmax(dim=1)
+            return float(regret.gather(1, pick[:, None]).mean())
+
+    finite = lambda t: torch.where(torch.isinf(t), torch.zeros_like(t), t)  # noqa: E731
+    best = (math.inf, None, -1)
+    rows = []
+    for epoch in range(cfg.epochs):
+        if time.monotonic() >= deadline:
+            log.info("fit: time budget reached after %d epochs", epoch)
+            break
+        opt.zero_grad()
+        p = torch.softmax(scores(xc, xr, reg), dim=1)
+        loss = (p * finite(reg)).sum(dim=1).mean()
+        loss.backward()
+        opt.step()
+        if epoch % 5 == 0 or epoch == cfg.epochs - 1:
+            tr, va = argmax_regret(xc, xr, reg), argmax_regret(vc, vr, vreg)
+            rows.append({"epoch": epoch, "loss": float(loss.detach()), "train_regret": tr, "val_regret": va})
+            if va < best[0]:
+                best = (va, [(m.weight.detach().double().numpy().copy(), m.bias.detach().double().numpy().copy())
+                             for m in net if isinstance(m, nn.Linear)], epoch)
+    with (out_dir / "metrics.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["epoch", "loss", "train_regret", "val_regret"])
+        writer.writeheader()
+        writer.writerows(rows)
+    assert best[1] is not None
+    return SelectorWeights(best[1]), {"best_epoch": best[2], "val_regret": best[0],
+                                      "train_regret": rows[-1]["train_regret"] if rows else math.nan}
+
+
+def baseline_regrets(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
+    out: dict[str, float] = {}
+    common = set.intersection(*(set(r["rules"]) for r in results)) if results else set()
+    for label in sorted(common):
+        vals = []
+        for r in results:
+            mean = r["blocking"].mean(axis=1)
+            vals.append(mean[r["rules"].index(label)] - mean.min())
+        out[label] = float(np.mean(vals))
+    return out
+
+
+def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True) -> dict[str, Any]:
+    """The whole run (resumable in ``out_dir``); writes ``adaptive.npz`` and ``train_summary.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    used_file = out_dir / USED_FILE
+    used_before = json.loads(used_file.read_text())["seconds"] if used_file.is_file() else 0.0
+    start = time.monotonic() - used_before  # the budget is the total over resumed sessions
+
+    def record_time() -> None:
+        atomic_write_text(used_file, json.dumps({"seconds": time.monotonic() - start}))
+
+    budget = cfg.time_budget_s if cfg.time_budget_s else math.inf
+    paths = search(cfg, out_dir, start + budget * cfg.teacher_budget_frac, progress, on_done=record_time)
+    search_s = time.monotonic() - start
+    results = [load_condition(p) for p in paths]
+    index = [int(p.stem) for p in paths]
+    val = [r for i, r in zip(index, results, strict=True) if i % cfg.val_every == 0]
+    tr = [r for i, r in zip(index, results, strict=True) if i % cfg.val_every != 0]
+    if not tr:
+        from simulator.errors import ConfigError
+
+        raise ConfigError("no training condition finished within the time budget", field="adaptive.time_budget_s")
+    weights, stats = fit(cfg, tr, val, out_dir, start + budget)
+    base = baseline_regrets(val)
+    best_fixed = min(base, key=base.get) if base else None
+    meta = {"train_config": asdict(cfg), "conditions": len(results)}
+    save_adaptive(out_dir / "adaptive.npz", weights, meta)
+    summary = {"conditions": len(results), "train_conditions": len(tr), "val_conditions": len(val),
+               "teacher_search_s": search_s, "total_s": time.monotonic() - start, **stats,
+               "val_regret_best_fixed_rule": base.get(best_fixed, math.nan) if best_fixed else math.nan,
+               "best_fixed_rule": best_fixed, "val_regret_fixed_rules": base}
+    atomic_write_text(out_dir / "train_summary.json", json.dumps(summary, indent=2))
+    record_time()
+    log.info("adaptive agent: validation regret %.4f (best fixed rule %s: %.4f) on %d conditions; %s",
+             stats["val_regret"], best_fixed, summary["val_regret_best_fixed_rule"], len(val), out_dir / "adaptive.npz")
+    return summary
+
+
+# ---------------------------------------------------------------------------- the console command
+CONFIG_FILE = "train_config.yaml"
+USED_FILE = "time_used.json"
+#: Settings a resumed run may change (everything else comes from the run's own config).
+RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
+
+
+def adaptive_run_dir(resume: str | None, default: str) -> str:
+    """``hydra.run.dir``: the resumed run's own directory when ``resume`` names one, else ``default``."""
+    if resume and (Path(str(resume)) / CONFIG_FILE).is_file():
+        return str(resume)
+    return default
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    import pacml.train  # noqa: F401  (registers pacml_resume_output_subdir)
+
+    OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
+
+
+_register_resolvers()
+
+
+def command() -> Any:
+    """What ``pacml-train-adaptive``'s config holds, for the one check before any work."""
+    from simulator.cli import HydraCommand, _override_keys
+    from simulator.schema import MAX_SEED, Rule, dataclass_rules, validate_config
+
+    count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
+    ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": Rule(int, low=20),
+              "workers": count, "seed": Rule(int, low=0, high=MAX_SEED),
+              "time_budget_s": Rule(float | None, low=0.0, low_open=True),
+              "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
+              "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
+              "torch_threads": count}
+    keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
+            **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
+
+    class _Command(HydraCommand):
+        def validate(self, cfg: Any, overrides: Any) -> Any:
+            cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
+            if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
+                from simulator.errors import ConfigError
+
+                raise ConfigError(f"no pacml-train-adaptive run at {cfg.resume} (no {CONFIG_FILE})", field="resume")
+            return cfg
+
+    return _Command(PROG, "train_adaptive", keys=keys, plugins=())
+
+
+def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train (or resume) from a composed ``conf/train_adaptive.yaml``."""
+    from omegaconf import OmegaConf
+
+    from simulator.errors import ConfigError
+
+    if cfg.get("resume"):
+        out_dir = Path(str(cfg.resume))
+        saved = OmegaConf.load(out_dir / CONFIG_FILE)
+        for item in overrides or []:
+            key = item.split("=", 1)[0].lstrip("+~")
+            if key == "resume" or key.startswith("hydra."):
+                continue
+            if key not in RESUME_OVERRIDABLE:
+                raise ConfigError(f"a resumed run keeps its own config; only {', '.join(RESUME_OVERRIDABLE)} "
+                                  f"may change (start a new run to change {key})", field=key)
+            OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+        cfg = saved
+    data = OmegaConf.to_container(cfg.adaptive, resolve=True)
+    assert isinstance(data, dict)
+    acfg = AdaptiveTrainConfig(**data)  # type: ignore[arg-type]
+    atomic_write_text(out_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg, resolve=True))
+    return train(acfg, out_dir, progress=bool(cfg.get("progress", True)))
+
+
+def main() -> None:
+    """Console entry point (``pacml-train-adaptive``)."""
+    import sys
+
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from simulator.cli import preflight, report_user_errors
+
+    cmd = command()
+
+    @hydra.main(version_base=None, config_path="pkg://conf", config_name="train_adaptive")
+    def _hydra_main(cfg: Any) -> None:
+        hc = HydraConfig.get()
+        overrides = list(hc.overrides.task)
+        report_user_errors(PROG, lambda: train_from_config(cmd.validate(cfg, overrides), Path(hc.runtime.output_dir),
+                                                           overrides))
+
+    preflight(cmd, sys.argv[1:])
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
