@@ -287,6 +287,8 @@ def summarise(plan: Plan, results: dict[str, Any]) -> dict[str, Any]:
                 agents[label] = [r["blocking_rate"] for r in recs]  # type: ignore[index]
             else:
                 unavailable[label] = "incomplete: some seeds failed (see the log)"
+        jobs = [r["num_jobs_arrived"] for recs in rule_recs.values() for r in recs if r]
+        entry["mean_jobs_arrived"] = round(sum(jobs) / len(jobs), 1)
         entry.update(summarise_condition({k: [r["blocking_rate"] for r in v] for k, v in rule_recs.items()}, agents))  # type: ignore[index]
         entry["unavailable"] = unavailable
         conditions[cond.name] = entry

@@ -149,6 +149,7 @@ def test_cli_end_to_end_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture
     assert cond["overrides"][-1] == "horizon_s=5000"
     assert set(cond["rules"]) == {lab for lab, _ in rule_candidates(build_topology(compose_sim_config([])))}
     assert cond["oracle"]["mean"] == min(cond["rules"].values())
+    assert cond["mean_jobs_arrived"] > 0
     assert set(cond["compared"]) == {"fixed4", "para_max", "min_feasible"}
     assert "nowhere_betaA" in cond["unavailable"]["ghost"]
     assert "fixed4" in first["summary"]["grid_average"]
