@@ -99,6 +99,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
     cfg = compose_sim_config(overrides)
     total: list[float] = []
     parts: dict[str, list[float]] = {p: [] for p in PARTS}
+    where: list[tuple[int, int, str, float]] = []  # episode, decision number, graph, occupancy
     for seed in range(episodes):
         sim = build_simulation(cfg, seed=seed)  # fresh placement / free-block / lookahead caches
         feas = sim.feasibility
@@ -124,6 +125,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
             timer.parts["features"] -= feasibility_s  # encode() includes the feasibility queries
             for p in PARTS:
                 parts[p].append(timer.parts[p])
+            where.append((seed, decided, job.graph.name if hasattr(job.graph, "name") else "", state.occupancy))
             sim.apply(decision)
     arr = np.array(total)
     p99_at = arr >= np.percentile(arr, 99)
@@ -138,6 +140,9 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         "breakdown_mean_ms": {p: round(1e3 * float(np.mean(v)), 4) for p, v in parts.items()},
         "breakdown_p99_ms": {p: ms(np.array(v), 99) for p, v in parts.items()},
         # What the slowest 1 % of decisions spent their time on (mean over them).
+        "slowest": [{"episode": where[i][0], "decision": where[i][1], "graph": where[i][2],
+                     "occupancy": round(where[i][3], 3), "ms": round(1e3 * arr[i], 3),
+                     **{p: round(1e3 * parts[p][i], 3) for p in PARTS}} for i in np.argsort(arr)[::-1][:10]],
         "breakdown_of_slowest_1pct_ms": {p: round(1e3 * float(np.array(v)[p99_at].mean()), 4) for p, v in parts.items()},
     }
 
