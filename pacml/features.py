@@ -109,10 +109,15 @@ def global_features(job: JobSpec, state: ClusterState, fallback_interarrival_s: 
     """Job and cluster features for one decision (see module docstring)."""
     num = state.num_servers
     gap = _interarrival(state, fallback_interarrival_s)
-    back = []
-    for k in (1, 2, 4, 8):
-        limit = state.time_s + k * gap
-        back.append(sum(servers for end, servers in state.releases if end <= limit) / num)
+    back = [0.0] * 4
+    releases = state.releases
+    if releases:
+        # One array for the four horizons (thousands of running jobs on a big cluster); server
+        # counts are integers, summed exactly in float64, so each fraction is the one a Python
+        # sum gives.
+        ends_held = np.array(releases, dtype=np.float64)
+        ends, held = ends_held[:, 0], ends_held[:, 1]
+        back = [float(held[ends <= state.time_s + k * gap].sum()) / num for k in (1, 2, 4, 8)]
     progress = state.time_s / state.horizon_s if state.horizon_s else 0.0
     return np.array([
         job.beta,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
@@ -73,8 +74,7 @@ class Placement:
 
     def sub_op_servers(self, splits: NDArray[np.int64]) -> NDArray[np.int64]:
         """Server of every sub-op of the partitioned training graph (forward then backward)."""
-        fwd = np.fromiter((s for servers in self.op_servers for s in servers), dtype=np.int64,
-                          count=int(splits.sum()))
+        fwd = np.fromiter(chain.from_iterable(self.op_servers), dtype=np.int64, count=int(splits.sum()))
         return np.concatenate([fwd, fwd])
 
 
@@ -91,18 +91,30 @@ def placement_signature(op_servers: tuple[tuple[int, ...], ...],
     all three, so placements with equal signatures have equal step times. Without ``kinds``
     (one kind) the signature is the same as before kinds existed.
     """
+    # Chained ops repeat their parent's server tuple: each distinct tuple is renamed once (its
+    # servers are all known by the time it repeats, so first appearances are unchanged).
     local: dict[int, int] = {}
+    distinct: dict[tuple[int, ...], tuple[int, ...] | None] = {}
     for servers in op_servers:
-        for s in servers:
-            if s not in local:
-                local[s] = len(local)
-    renames: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+        if servers not in distinct:
+            distinct[servers] = None
+            for s in servers:
+                if s not in local:
+                    local[s] = len(local)
+    rename = local.__getitem__
+    for servers in distinct:
+        distinct[servers] = tuple(map(rename, servers))
+    groups: dict[int, int] = {}
+    racks_in_group: dict[tuple[int, int], int] = {}
+    racks: dict[int, int] = {}
+    slots: dict[int, int] = {}
     shape = []
     for s in local:
         c, r, k = coords[s]
-        renamed = tuple(m.setdefault(key, len(m)) for m, key in zip(renames, (c, (c, r), r, k), strict=True))
+        renamed = (groups.setdefault(c, len(groups)), racks_in_group.setdefault((c, r), len(racks_in_group)),
+                   racks.setdefault(r, len(racks)), slots.setdefault(k, len(slots)))
         shape.append(renamed if kinds is None else (*renamed, int(kinds[s])))
-    return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(shape)
+    return tuple([distinct[servers] for servers in op_servers]), tuple(shape)
 
 
 class _Relative:
@@ -142,6 +154,20 @@ class _Relative:
         return Placement(tuple([distinct[i] for i in self.op_index]),
                          tuple((self.server_offsets + origin_server).tolist()),
                          self.mask << origin_server, self.signature)
+
+
+class _FreeMemory(dict):
+    """Free memory of the servers a job's ops have used so far; a server not used yet has its
+    capacity (read without a Python-level default on the hot path of op placement)."""
+
+    __slots__ = ("_capacity",)
+
+    def __init__(self, capacity: list[float]) -> None:
+        super().__init__()
+        self._capacity = capacity
+
+    def __missing__(self, server: int) -> float:
+        return self._capacity[server]
 
 
 class _KeptBlocks(Sequence[Block]):
@@ -392,27 +418,28 @@ class OpPlacer:
         fwd = graph.forward
         # An op and its backward mirror are mounted together: each needs its memory share.
         pair_mem = (2 * (fwd.activation_bytes + fwd.parameter_bytes)).tolist()
-        capacity = self._capacity  # each server its own memory (GPU generations)
-        free_mem: dict[int, float] = {}
+        free_mem = _FreeMemory(self._capacity)  # each server its own memory (GPU generations)
+        room = free_mem.__getitem__
         op_servers: list[tuple[int, ...] | None] = [None] * fwd.num_ops
         for op in order:
             n = splits[op]
             need = pair_mem[op] / n
             chosen: tuple[int, ...] | None = None
+            # min(...) >= need is all(... >= need): memory sizes are finite numbers.
             for parent in parents[op]:
                 ps = op_servers[parent]
-                if ps is not None and len(ps) == n and all(free_mem.get(s, capacity[s]) >= need for s in ps):
+                if ps is not None and len(ps) == n and min(map(room, ps)) >= need:
                     chosen = ps
                     break
             if chosen is None:
                 for blk in self._allowed_blocks(n, allowed, region):
-                    if all(free_mem.get(s, capacity[s]) >= need for s in blk.servers):
+                    if min(map(room, blk.servers)) >= need:
                         chosen = blk.servers
                         break
             if chosen is None:
                 return None
             for s in chosen:
-                free_mem[s] = free_mem.get(s, capacity[s]) - need
+                free_mem[s] = free_mem[s] - need
             op_servers[op] = chosen
         return self.make_placement(tuple(op_servers))  # type: ignore[arg-type]
 
@@ -428,7 +455,7 @@ class OpPlacer:
 
     def make_placement(self, op_servers: tuple[tuple[int, ...], ...]) -> Placement:
         """The :class:`Placement` of ``op_servers`` (servers held, mask, signature)."""
-        held = sorted({s for servers in op_servers for s in servers})
+        held = sorted(set().union(*op_servers))
         mask = 0
         for s in held:
             mask |= 1 << s
