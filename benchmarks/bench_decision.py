@@ -9,7 +9,10 @@ Breakdown of the same cold calls (by wrapping the placer, the step model and the
 wrappers cost ~1 us per call): ``placement`` (first-fit op placement of every degree),
 ``lookahead`` (the step model on each placement), ``free_blocks`` (free-block counts per degree),
 ``features`` (the rest of observation building: globals, action rows, mask), ``forward`` (graph
-embedding on a graph's first sight, then the MLP pass).
+embedding on a graph's first sight, then the MLP pass), and ``gc``: Python's cyclic garbage
+collector, which runs inside whichever part allocated when it triggered (so ``gc`` time is also
+counted in that part; a full collection over the caches' objects is what the rare ~0.3-0.5 s
+decisions on 512 servers are).
 
 On ``--cluster ramp32`` (the paper cluster) the agent is a shipped checkpoint (``paper_beta<beta>``,
 max degree 16). On a bigger cluster, whose offered degrees go beyond 16 (``ramp512``: 1..64), no
@@ -18,7 +21,10 @@ feature sizes behind ``Encoder(max_degree=<cluster's max>)``: its cost is featur
 the weights (its decisions, hence the occupancies it meets, are not a trained agent's).
 
 ``--busy`` starts ``python -c "while True: pass"`` pinned to the other core for the duration and
-pins this process to core 0 (the issue's condition: another process keeps one core busy).
+pins this process to core 0 (the issue's condition: another process keeps one core busy). Wall
+times depend on everything else the host runs, so the 1-minute load average before and after is
+reported, and each decision's CPU time (``cpu_*``: this thread's ``time.thread_time``), which
+does not.
 
 Usage:
     python benchmarks/bench_decision.py [--cluster ramp32|ramp512] [--beta C] [--interarrival S]
@@ -28,6 +34,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -46,7 +53,7 @@ from pacml.features import ACTION_FEATURES, GLOBAL_FEATURES, Encoder
 from pacml.policy import PacMLPolicy
 from simulator.build import build_simulation
 
-PARTS = ("placement", "lookahead", "free_blocks", "features", "forward")
+PARTS = ("placement", "lookahead", "free_blocks", "features", "forward", "gc")
 
 
 class _Timer:
@@ -54,6 +61,13 @@ class _Timer:
 
     def __init__(self) -> None:
         self.parts = dict.fromkeys(PARTS, 0.0)
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        """``gc.callbacks`` hook: time spent in Python's cyclic garbage collector."""
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.parts["gc"] += time.perf_counter() - self._gc_start
 
     def wrap(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -98,6 +112,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
     _warm_kernels(overrides)
     cfg = compose_sim_config(overrides)
     total: list[float] = []
+    cpu: list[float] = []  # this thread's CPU time: what the decision costs whatever else runs
     parts: dict[str, list[float]] = {p: [] for p in PARTS}
     where: list[tuple[int, int, str, float]] = []  # episode, decision number, graph, occupancy
     for seed in range(episodes):
@@ -113,20 +128,24 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         encode = timer.wrap("features", policy.encoder.encode)
         policy.encoder.encode = encode
         policy._probabilities = timer.wrap("forward", policy._probabilities)
+        gc.callbacks.append(timer.on_gc)
         decided = 0
         while (max_decisions is None or decided < max_decisions) and (job := sim.next_job()) is not None:
             decided += 1
             state = sim.state()
             timer.parts = dict.fromkeys(PARTS, 0.0)
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             decision = policy.decide(job, state)
             total.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
+            # encode() includes the feasibility queries (gc overlaps the part it interrupted).
             feasibility_s = timer.parts["placement"] + timer.parts["lookahead"] + timer.parts["free_blocks"]
-            timer.parts["features"] -= feasibility_s  # encode() includes the feasibility queries
+            timer.parts["features"] -= feasibility_s
             for p in PARTS:
                 parts[p].append(timer.parts[p])
             where.append((seed, decided, job.graph.name if hasattr(job.graph, "name") else "", state.occupancy))
             sim.apply(decision)
+        gc.callbacks.remove(timer.on_gc)
     arr = np.array(total)
     p99_at = arr >= np.percentile(arr, 99)
 
@@ -137,6 +156,8 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         "overrides": overrides, "decisions": len(arr),
         "p50_ms": ms(arr, 50), "p99_ms": ms(arr, 99), "max_ms": round(1e3 * float(arr.max()), 4),
         "mean_ms": round(1e3 * float(arr.mean()), 4),
+        "cpu_p50_ms": ms(np.array(cpu), 50), "cpu_p99_ms": ms(np.array(cpu), 99),
+        "cpu_max_ms": round(1e3 * max(cpu), 4),
         "breakdown_mean_ms": {p: round(1e3 * float(np.mean(v)), 4) for p, v in parts.items()},
         "breakdown_p99_ms": {p: ms(np.array(v), 99) for p, v in parts.items()},
         # What the slowest 1 % of decisions spent their time on (mean over them).
@@ -169,11 +190,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     spinner = _busy_core() if args.busy else None
+    load_before = os.getloadavg()[0]
     try:
         result = {"cluster": args.cluster, "busy": spinner is not None,
                   "agent": f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree",
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
                   **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions)}
+        # Other processes on the host (1-minute load average, the spinner included): wall times
+        # above are for this load; CPU times (cpu_*) do not depend on it.
+        result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     finally:
         if spinner is not None:
             spinner.kill()
