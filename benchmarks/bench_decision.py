@@ -10,9 +10,9 @@ wrappers cost ~1 us per call): ``placement`` (first-fit op placement of every de
 ``lookahead`` (the step model on each placement), ``free_blocks`` (free-block counts per degree),
 ``features`` (the rest of observation building: globals, action rows, mask), ``forward`` (graph
 embedding on a graph's first sight, then the MLP pass), and ``gc``: Python's cyclic garbage
-collector, which runs inside whichever part allocated when it triggered (so ``gc`` time is also
-counted in that part; a full collection over the caches' objects is what the rare ~0.3-0.5 s
-decisions on 512 servers are).
+collector, which runs inside whichever part allocated when it triggered (its time is taken out of
+that part; a full collection over the caches' objects is what the rare ~0.3-0.5 s decisions on
+512 servers are).
 
 On ``--cluster ramp32`` (the paper cluster) the agent is a shipped checkpoint (``paper_beta<beta>``,
 max degree 16). On a bigger cluster, whose offered degrees go beyond 16 (``ramp512``: 1..64), no
@@ -61,21 +61,29 @@ class _Timer:
 
     def __init__(self) -> None:
         self.parts = dict.fromkeys(PARTS, 0.0)
+        self._active: list[str] = []  # the timed calls under way, outermost first
+        self._gc_start = 0.0
 
     def on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        """``gc.callbacks`` hook: time spent in Python's cyclic garbage collector."""
+        """``gc.callbacks`` hook: a collection's time goes to ``gc`` and out of every timed call it
+        interrupted (so the parts do not overlap)."""
         if phase == "start":
             self._gc_start = time.perf_counter()
-        else:
-            self.parts["gc"] += time.perf_counter() - self._gc_start
+            return
+        spent = time.perf_counter() - self._gc_start
+        self.parts["gc"] += spent
+        for part in self._active:
+            self.parts[part] -= spent
 
     def wrap(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            self._active.append(part)
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.parts[part] += time.perf_counter() - t0
+                self._active.pop()
         return timed
 
 
@@ -138,7 +146,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
             decision = policy.decide(job, state)
             total.append(time.perf_counter() - t0)
             cpu.append(time.thread_time() - c0)
-            # encode() includes the feasibility queries (gc overlaps the part it interrupted).
+            # encode() includes the feasibility queries.
             feasibility_s = timer.parts["placement"] + timer.parts["lookahead"] + timer.parts["free_blocks"]
             timer.parts["features"] -= feasibility_s
             for p in PARTS:

@@ -164,15 +164,18 @@ def take_features(state: ClusterState, max_degree: int, fallback_interarrival_s:
 
 
 def _fill_option(row: NDArray[np.float32], job: JobSpec, state: ClusterState, degree: int, max_degree: int,
-                 gap_s: float, block: Block | None = None) -> None:
-    """The 11 degree features of one action (optionally restricted to ``block``)."""
+                 gap_s: float, block: Block | None = None, num_free_blocks: int | None = None) -> None:
+    """The 11 degree features of one action (optionally restricted to ``block``; ``num_free_blocks``:
+    the degree's free-block count if already counted)."""
     table = state.feasibility
     num = state.num_servers
     row[1] = degree / max_degree
     row[2] = 1.0
     row[3] = float(table.enough_servers(degree))
     all_blocks = state.topology.num_blocks(degree)  # by formula: blocks are not enumerated
-    row[9] = table.num_free_blocks(degree) / all_blocks if all_blocks else 0.0
+    if num_free_blocks is None:
+        num_free_blocks = table.num_free_blocks(degree)
+    row[9] = num_free_blocks / all_blocks if all_blocks else 0.0
     placement = table.placement(degree, block)
     if placement is None:
         return
@@ -193,9 +196,10 @@ def action_features(job: JobSpec, state: ClusterState, max_degree: int,
     out = np.zeros((max_degree + 1, ACTION_FEATURES), dtype=np.float32)
     out[0, 0] = 1.0
     out[0, 2] = 1.0
-    for d in state.feasibility.degrees:
-        if d <= max_degree:
-            _fill_option(out[d], job, state, d, max_degree, gap)
+    degrees = [d for d in state.feasibility.degrees if d <= max_degree]
+    free = state.feasibility.num_free_blocks_of(degrees)  # every degree's count in one pass
+    for d, num_free in zip(degrees, free, strict=True):
+        _fill_option(out[d], job, state, d, max_degree, gap, num_free_blocks=num_free)
     return out
 
 

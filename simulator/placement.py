@@ -318,6 +318,10 @@ class OpPlacer:
         """How many blocks of ``degree`` servers are free of other jobs (counted, not listed)."""
         return self.free_index(self.topology.all_servers_mask & ~occupied_mask).count(degree)
 
+    def num_free_blocks_of(self, degrees: Sequence[int], occupied_mask: int) -> list[int]:
+        """:meth:`num_free_blocks` of every degree in ``degrees``, counted in one pass."""
+        return self.free_index(self.topology.all_servers_mask & ~occupied_mask).counts(degrees)
+
     def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
               block: Block | None = None) -> Placement | None:
         """Place ``graph`` at ``degree`` given the servers other jobs hold; ``None`` if impossible.

@@ -155,6 +155,28 @@ def test_kept_blocks_read_as_the_full_list() -> None:
             kept[len(full)]
 
 
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(TOPOLOGIES)), seed=st.integers(0, 10**6),
+       busy=st.sampled_from([0.0, 0.1, 0.4, 0.7, 0.95]), data=st.data())
+def test_free_block_counts_in_one_pass_equal_one_count_per_size(name: str, seed: int, busy: float,
+                                                                 data: st.DataObject) -> None:
+    topo = TOPOLOGIES[name]()
+    rng = random.Random(seed)
+    allowed = topo.all_servers_mask & ~sum(1 << s for s in range(topo.num_servers) if rng.random() < busy)
+    sizes = data.draw(st.lists(st.sampled_from(topo.split_sizes), min_size=1, max_size=12))
+    index = FreeBlockIndex(topo, allowed)
+    if data.draw(st.booleans()):  # some sizes already searched or counted: the pass must skip them
+        index.blocks(sizes[0])
+        index.count(sizes[-1])
+    got = index.counts(sizes)
+    want = [len([b for b in topo.iter_blocks(n) if not b.mask & ~allowed]) for n in sizes]
+    assert got == want
+    assert [FreeBlockIndex(topo, allowed).count(n) for n in sizes] == want
+    # Shapes found full in the pass prune later searches, which must still be right.
+    assert [len(index.blocks(n)) for n in topo.split_sizes] == [
+        len([b for b in topo.iter_blocks(n) if not b.mask & ~allowed]) for n in topo.split_sizes]
+
+
 def reference_back(state: SimpleNamespace, gap: float) -> list[float]:
     """The release horizons of ``global_features`` as they were (a Python sum per horizon)."""
     return [sum(servers for end, servers in state.releases if end <= state.time_s + k * gap) / state.num_servers
