@@ -107,6 +107,7 @@ def _warm_kernels(overrides: list[str]) -> None:
     for d in table.degrees:
         table.jct_s(d)
         table.num_free_blocks(d)
+    table.num_free_blocks_of(table.degrees)
 
 
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
@@ -132,6 +133,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         placer, step_model = feas.placer, feas.step_model
         placer.place = timer.wrap("placement", placer.place)
         placer.num_free_blocks = timer.wrap("free_blocks", placer.num_free_blocks)
+        placer.num_free_blocks_of = timer.wrap("free_blocks", placer.num_free_blocks_of)
         step_model.step = timer.wrap("lookahead", step_model.step)
         encode = timer.wrap("features", policy.encoder.encode)
         policy.encoder.encode = encode

@@ -1,8 +1,9 @@
 """The faster decision paths (issue 13 item 4) give exactly what the old ones gave.
 
 Each rewritten function is compared with the code it replaced, kept here as the reference:
-op first-fit placement (memory test, kept free blocks), placement signatures, the global
-features' release horizons; and the shipped agents must still take the same decisions.
+op first-fit placement (memory test, kept free blocks), placement signatures, free-block counts
+of many sizes in one pass, the compiled collective formula, the global features' release
+horizons; and the shipped agents must still take the same decisions.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.build import SimKnobs, build_feasibility
+from simulator.comm import RampCommModel
 from simulator.free_blocks import FreeBlockIndex
 from simulator.placement import OpPlacer, Placement, _KeptBlocks, placement_signature
 from simulator.topology import RampTopology
@@ -175,6 +177,41 @@ def test_free_block_counts_in_one_pass_equal_one_count_per_size(name: str, seed:
     # Shapes found full in the pass prune later searches, which must still be right.
     assert [len(index.blocks(n)) for n in topo.split_sizes] == [
         len([b for b in topo.iter_blocks(n) if not b.mask & ~allowed]) for n in topo.split_sizes]
+
+
+def reference_collective_s(model: RampCommModel, group_bytes: np.ndarray, num_cgs: np.ndarray,
+                           num_racks: np.ndarray, num_nodes: np.ndarray) -> np.ndarray:
+    """``RampCommModel.collective_s`` as it was: the vectorised numpy formula."""
+    x = model.topology.num_comm_groups
+    data_rate = model.topology.channel_bandwidth_Bps
+    per_tx = data_rate / x if model.double_bandwidth_division else data_rate
+    subgroups = [num_cgs, np.minimum(num_cgs, num_nodes), num_racks, np.ceil(num_nodes / x).astype(np.int64)]
+    comm = np.zeros(len(group_bytes))
+    comp = np.zeros(len(group_bytes))
+    msg = np.ceil(group_bytes / np.maximum(subgroups[0], 1))
+    for level, d in enumerate(subgroups):
+        d = np.maximum(d, 1)
+        if level > 0:
+            msg = np.ceil(msg / d)
+        active = d > 1
+        eff_trx = np.maximum(1, np.minimum(x, x // np.maximum(d - 1, 1)))
+        comm += np.where(active, model.fixed_latency_s + msg / (eff_trx * per_tx), 0.0)
+        comp += np.where(active, model._reduce_time_s(msg * d, d), 0.0)
+    return 2 * comm + comp
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), quirks=st.booleans(), shape=st.sampled_from([(4, 4, 2), (8, 8, 8), (3, 5, 4)]))
+def test_compiled_collective_equals_the_numpy_formula(seed: int, quirks: bool, shape: tuple[int, int, int]) -> None:
+    topo = RampTopology(*shape, max_degree=2)
+    model = RampCommModel(topo, double_bandwidth_division=quirks, rack_index_only=quirks)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 200))
+    group_bytes = np.where(rng.random(n) < 0.1, 0.0, rng.random(n) * 10 ** rng.uniform(0, 12, n))
+    counts = [rng.integers(0, 2 * m + 2, n) for m in (shape[0], shape[1], topo.num_servers)]
+    got = model.collective_s(group_bytes, *counts)
+    want = reference_collective_s(model, group_bytes, *counts)
+    assert got.shape == want.shape and np.array_equal(got, want)  # bit for bit
 
 
 def reference_back(state: SimpleNamespace, gap: float) -> list[float]:
