@@ -20,6 +20,9 @@ trained checkpoint exists yet, so the agent is an *untrained* ``ActorCritic`` wi
 feature sizes behind ``Encoder(max_degree=<cluster's max>)``: its cost is features + forward, not
 the weights (its decisions, hence the occupancies it meets, are not a trained agent's).
 
+Episodes run inside :func:`simulator.run.frozen_heap`, as ``pacml-sim`` runs them (``--no-freeze``:
+without; then a full garbage collection inside a decision takes it 0.3-0.5 s on 512 servers).
+
 ``--busy`` starts ``python -c "while True: pass"`` pinned to the other core for the duration and
 pins this process to core 0 (the issue's condition: another process keeps one core busy). Wall
 times depend on everything else the host runs, so the 1-minute load average before and after is
@@ -28,7 +31,7 @@ does not.
 
 Usage:
     python benchmarks/bench_decision.py [--cluster ramp32|ramp512] [--beta C] [--interarrival S]
-        [--episodes 3] [--max-decisions N] [--busy] [--json PATH]
+        [--episodes 3] [--max-decisions N] [--no-freeze] [--busy] [--json PATH]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,7 @@ from pacml.env import compose_sim_config
 from pacml.features import ACTION_FEATURES, GLOBAL_FEATURES, Encoder
 from pacml.policy import PacMLPolicy
 from simulator.build import build_simulation
+from simulator.run import frozen_heap
 
 PARTS = ("placement", "lookahead", "free_blocks", "features", "forward", "gc")
 
@@ -111,9 +116,9 @@ def _warm_kernels(overrides: list[str]) -> None:
 
 
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
-            max_decisions: int | None = None) -> dict[str, Any]:
+            max_decisions: int | None = None, thaw: bool = False) -> dict[str, Any]:
     """Cold-cache latency of every decision of ``episodes`` episodes (seeds 0..episodes-1; at
-    most ``max_decisions`` per episode)."""
+    most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`)."""
     torch.set_num_threads(1)
     overrides = ["scenario=paper", f"beta={beta}", f"cluster={cluster}"]
     if interarrival_s is not None:
@@ -140,6 +145,8 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         policy._probabilities = timer.wrap("forward", policy._probabilities)
         gc.callbacks.append(timer.on_gc)
         decided = 0
+        heap = nullcontext() if thaw else frozen_heap()  # as pacml-sim runs an episode
+        heap.__enter__()
         while (max_decisions is None or decided < max_decisions) and (job := sim.next_job()) is not None:
             decided += 1
             state = sim.state()
@@ -155,6 +162,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
                 parts[p].append(timer.parts[p])
             where.append((seed, decided, job.graph.name if hasattr(job.graph, "name") else "", state.occupancy))
             sim.apply(decision)
+        heap.__exit__(None, None, None)
         gc.callbacks.remove(timer.on_gc)
     arr = np.array(total)
     p99_at = arr >= np.percentile(arr, 99)
@@ -196,16 +204,19 @@ def main() -> None:
     parser.add_argument("--interarrival", type=float, default=None, help="mean_interarrival_s override")
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--max-decisions", type=int, default=None, help="stop each episode after this many decisions")
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="do not freeze the heap as pacml-sim does (full garbage collections visit every object)")
     parser.add_argument("--busy", action="store_true", help="keep the other core busy while measuring")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     spinner = _busy_core() if args.busy else None
     load_before = os.getloadavg()[0]
     try:
-        result = {"cluster": args.cluster, "busy": spinner is not None,
+        result = {"cluster": args.cluster, "busy": spinner is not None, "frozen_heap": not args.no_freeze,
                   "agent": f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree",
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
-                  **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions)}
+                  **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions,
+                          args.no_freeze)}
         # Other processes on the host (1-minute load average, the spinner included): wall times
         # above are for this load; CPU times (cpu_*) do not depend on it.
         result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]

@@ -259,3 +259,17 @@ def test_shipped_agents_take_the_same_decisions(beta: str) -> None:
         sim.apply(decision)
     assert len(degrees) == 300
     assert hashlib.sha256(bytes(degrees)).hexdigest()[:16] == SHIPPED_DECISIONS[beta]
+
+
+def test_frozen_heap_freezes_only_inside_and_thaws_on_error() -> None:
+    import gc
+
+    from simulator.run import frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(KeyError), frozen_heap():
+        raise KeyError("a failing run")
+    assert gc.get_freeze_count() == 0
