@@ -11,8 +11,9 @@ wrappers cost ~1 us per call): ``placement`` (first-fit op placement of every de
 ``features`` (the rest of observation building: globals, action rows, mask), ``forward`` (graph
 embedding on a graph's first sight, then the MLP pass), and ``gc``: Python's cyclic garbage
 collector, which runs inside whichever part allocated when it triggered (its time is taken out of
-that part; a full collection over the caches' objects is what the rare ~0.3-0.5 s decisions on
-512 servers are).
+that part). The rare decisions of 0.1-0.5 s on 512 servers are full collections: of every object
+without a frozen heap, of the placement caches' objects with one (they grow over a long episode;
+on 512 servers the occupancy-keyed op placements are reused by 3 % of requests, on 32 by 72 %).
 
 On ``--cluster ramp32`` (the paper cluster) the agent is a shipped checkpoint (``paper_beta<beta>``,
 max degree 16). On a bigger cluster, whose offered degrees go beyond 16 (``ramp512``: 1..64), no
