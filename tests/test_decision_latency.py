@@ -273,3 +273,18 @@ def test_frozen_heap_freezes_only_inside_and_thaws_on_error() -> None:
     with pytest.raises(KeyError), frozen_heap():
         raise KeyError("a failing run")
     assert gc.get_freeze_count() == 0
+
+
+def test_occupancy_caches_shrink_while_not_reused_and_grow_back() -> None:
+    placer = build_feasibility(RampTopology(), PAPER_KNOBS).placer
+    placer.REUSE_WINDOW = 16  # an instance attribute: a short window for the test
+    g = GRAPHS[0]
+    rng = random.Random(5)
+    for _ in range(40):  # a new occupancy every time: nothing is reused
+        occupied = sum(1 << s for s in range(32) if rng.random() < 0.3)
+        assert placer.place(g, 4, occupied) == reference_place(placer, g, 4, occupied)
+    assert placer._occupancy_entries == 16
+    assert len(placer._cache) <= 16 and len(placer._allowed_cache) <= 16
+    for _ in range(40):  # one occupancy over and over: reused
+        assert placer.place(g, 4, 0b1011) == reference_place(placer, g, 4, 0b1011)
+    assert placer._occupancy_entries == placer.MAX_CACHE_ENTRIES
