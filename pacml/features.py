@@ -109,10 +109,15 @@ def global_features(job: JobSpec, state: ClusterState, fallback_interarrival_s: 
     """Job and cluster features for one decision (see module docstring)."""
     num = state.num_servers
     gap = _interarrival(state, fallback_interarrival_s)
-    back = []
-    for k in (1, 2, 4, 8):
-        limit = state.time_s + k * gap
-        back.append(sum(servers for end, servers in state.releases if end <= limit) / num)
+    back = [0.0] * 4
+    releases = state.releases
+    if releases:
+        # One array for the four horizons (thousands of running jobs on a big cluster); server
+        # counts are integers, summed exactly in float64, so each fraction is the one a Python
+        # sum gives.
+        ends_held = np.array(releases, dtype=np.float64)
+        ends, held = ends_held[:, 0], ends_held[:, 1]
+        back = [float(held[ends <= state.time_s + k * gap].sum()) / num for k in (1, 2, 4, 8)]
     progress = state.time_s / state.horizon_s if state.horizon_s else 0.0
     return np.array([
         job.beta,
@@ -159,15 +164,18 @@ def take_features(state: ClusterState, max_degree: int, fallback_interarrival_s:
 
 
 def _fill_option(row: NDArray[np.float32], job: JobSpec, state: ClusterState, degree: int, max_degree: int,
-                 gap_s: float, block: Block | None = None) -> None:
-    """The 11 degree features of one action (optionally restricted to ``block``)."""
+                 gap_s: float, block: Block | None = None, num_free_blocks: int | None = None) -> None:
+    """The 11 degree features of one action (optionally restricted to ``block``; ``num_free_blocks``:
+    the degree's free-block count if already counted)."""
     table = state.feasibility
     num = state.num_servers
     row[1] = degree / max_degree
     row[2] = 1.0
     row[3] = float(table.enough_servers(degree))
     all_blocks = state.topology.num_blocks(degree)  # by formula: blocks are not enumerated
-    row[9] = table.num_free_blocks(degree) / all_blocks if all_blocks else 0.0
+    if num_free_blocks is None:
+        num_free_blocks = table.num_free_blocks(degree)
+    row[9] = num_free_blocks / all_blocks if all_blocks else 0.0
     placement = table.placement(degree, block)
     if placement is None:
         return
@@ -188,9 +196,10 @@ def action_features(job: JobSpec, state: ClusterState, max_degree: int,
     out = np.zeros((max_degree + 1, ACTION_FEATURES), dtype=np.float32)
     out[0, 0] = 1.0
     out[0, 2] = 1.0
-    for d in state.feasibility.degrees:
-        if d <= max_degree:
-            _fill_option(out[d], job, state, d, max_degree, gap)
+    degrees = [d for d in state.feasibility.degrees if d <= max_degree]
+    free = state.feasibility.num_free_blocks_of(degrees)  # every degree's count in one pass
+    for d, num_free in zip(degrees, free, strict=True):
+        _fill_option(out[d], job, state, d, max_degree, gap, num_free_blocks=num_free)
     return out
 
 

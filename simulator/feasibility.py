@@ -214,6 +214,12 @@ class FeasibilityTable:
         self._check(degree)
         return self.engine.placer.num_free_blocks(degree, self.occupied_mask)
 
+    def num_free_blocks_of(self, degrees: Sequence[int]) -> list[int]:
+        """:meth:`num_free_blocks` of every degree in ``degrees`` (one compiled pass for all)."""
+        for d in degrees:
+            self._check(d)
+        return self.engine.placer.num_free_blocks_of(degrees, self.occupied_mask)
+
     def free_blocks(self, degree: int) -> Sequence[Block]:
         """Candidate blocks of ``degree`` servers free of other jobs, in first-fit order (for learned
         placement; a lazy sequence: slice it rather than read every block of a big cluster)."""

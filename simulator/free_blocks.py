@@ -115,6 +115,17 @@ def free_origins(P: NDArray[np.int32], D: NDArray[np.int32], free_cells: NDArray
     return count
 
 
+@njit(cache=True)
+def count_free_per_shape(P: NDArray[np.int32], D: NDArray[np.int32], free_cells: NDArray[np.int64],
+                         shapes: NDArray[np.int64], c0: int, r0: int, s0: int, R: int, S: int,
+                         out_counts: NDArray[np.int64]) -> None:
+    """:func:`free_origins` counting each row of ``shapes`` on its own, into ``out_counts`` (one
+    call for every shape of many sizes: a decision counts the free blocks of every degree)."""
+    empty = np.empty(0, np.int64)
+    for q in range(shapes.shape[0]):
+        out_counts[q] = free_origins(P, D, free_cells, shapes[q:q + 1], c0, r0, s0, R, S, empty, empty, True)
+
+
 class FreeBlockIndex:
     """The free blocks of one occupancy (a mask of allowed servers), searched per shape.
 
@@ -245,6 +256,39 @@ class FreeBlockIndex:
                     counted += self._scan(shape, rows[q:q + 1], empty, empty, count_only=True)
             self._counts[n] = counted
         return counted
+
+    def counts(self, sizes: Sequence[int]) -> list[int]:
+        """:meth:`count` of every size in ``sizes``, the uncounted ones in one compiled pass over
+        their shapes (equal to calling :meth:`count` per size; cached alike)."""
+        todo = [n for n in dict.fromkeys(sizes) if n not in self._blocks and n not in self._counts]
+        for n in todo:
+            if self.num_free < n:  # too few free servers for any block
+                self._counts[n] = 0
+        todo = [n for n in todo if n not in self._counts]
+        if todo:
+            topo = self.topology
+            rows, owner = [], []
+            for n in todo:
+                self._counts[n] = 0
+                # A shape known to be full has no free block: it adds 0, so it is not scanned.
+                for shape, row in zip(topo.search_shapes(n), topo.shape_array(n), strict=True):
+                    if not self._known_full(shape):
+                        rows.append(row)
+                        owner.append(n)
+            if rows:
+                shapes = np.array(rows, dtype=np.int64).reshape(-1, 3)
+                if self._diagonal is None and bool((shapes[:, 2] == -1).any()):
+                    self._diagonal = diagonal_prefix(self._busy)
+                found = np.zeros(len(rows), dtype=np.int64)
+                c0, _, r0, _, s0, _ = self.region
+                _, R, S = topo.shape
+                count_free_per_shape(self._box, self._box if self._diagonal is None else self._diagonal,
+                                     self._free_cells, shapes, c0, r0, s0, R, S, found)
+                for n, row, k in zip(owner, rows, found.tolist(), strict=True):
+                    self._counts[n] += k
+                    if not k:
+                        self._mark_full((int(row[0]), int(row[1]), int(row[2])))
+        return [self.count(n) for n in sizes]
 
     def first(self, n: int) -> Block | None:
         """The first free block of ``n`` servers in first-fit order, or ``None``."""

@@ -30,14 +30,15 @@ above. On a cluster of two GPU generations every memory test uses the server's o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from itertools import chain
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.free_blocks import FreeBlockIndex, Region
+from simulator.free_blocks import BlockList, FreeBlockIndex, Region
 from simulator.partition import Partitioner
 from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph, topological_order
@@ -73,8 +74,7 @@ class Placement:
 
     def sub_op_servers(self, splits: NDArray[np.int64]) -> NDArray[np.int64]:
         """Server of every sub-op of the partitioned training graph (forward then backward)."""
-        fwd = np.fromiter((s for servers in self.op_servers for s in servers), dtype=np.int64,
-                          count=int(splits.sum()))
+        fwd = np.fromiter(chain.from_iterable(self.op_servers), dtype=np.int64, count=int(splits.sum()))
         return np.concatenate([fwd, fwd])
 
 
@@ -91,18 +91,30 @@ def placement_signature(op_servers: tuple[tuple[int, ...], ...],
     all three, so placements with equal signatures have equal step times. Without ``kinds``
     (one kind) the signature is the same as before kinds existed.
     """
+    # Chained ops repeat their parent's server tuple: each distinct tuple is renamed once (its
+    # servers are all known by the time it repeats, so first appearances are unchanged).
     local: dict[int, int] = {}
+    distinct: dict[tuple[int, ...], tuple[int, ...] | None] = {}
     for servers in op_servers:
-        for s in servers:
-            if s not in local:
-                local[s] = len(local)
-    renames: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+        if servers not in distinct:
+            distinct[servers] = None
+            for s in servers:
+                if s not in local:
+                    local[s] = len(local)
+    rename = local.__getitem__
+    for servers in distinct:
+        distinct[servers] = tuple(map(rename, servers))
+    groups: dict[int, int] = {}
+    racks_in_group: dict[tuple[int, int], int] = {}
+    racks: dict[int, int] = {}
+    slots: dict[int, int] = {}
     shape = []
     for s in local:
         c, r, k = coords[s]
-        renamed = tuple(m.setdefault(key, len(m)) for m, key in zip(renames, (c, (c, r), r, k), strict=True))
+        renamed = (groups.setdefault(c, len(groups)), racks_in_group.setdefault((c, r), len(racks_in_group)),
+                   racks.setdefault(r, len(racks)), slots.setdefault(k, len(slots)))
         shape.append(renamed if kinds is None else (*renamed, int(kinds[s])))
-    return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(shape)
+    return tuple([distinct[servers] for servers in op_servers]), tuple(shape)
 
 
 class _Relative:
@@ -144,6 +156,70 @@ class _Relative:
                          self.mask << origin_server, self.signature)
 
 
+class _FreeMemory(dict):
+    """Free memory of the servers a job's ops have used so far; a server not used yet has its
+    capacity (read without a Python-level default on the hot path of op placement)."""
+
+    __slots__ = ("_capacity",)
+
+    def __init__(self, capacity: list[float]) -> None:
+        super().__init__()
+        self._capacity = capacity
+
+    def __missing__(self, server: int) -> float:
+        return self._capacity[server]
+
+
+class _KeptBlocks(Sequence[Block]):
+    """A :class:`~simulator.free_blocks.BlockList` whose blocks are kept once read, made only as far
+    as they are read (a first-fit scan usually stops at the first block; making every free block of
+    a degree 2 on 512 servers cost a decision ~1 ms)."""
+
+    __slots__ = ("_source", "_made", "_size")
+
+    def __init__(self, source: BlockList) -> None:
+        self._source = source
+        self._made: list[Block] = []
+        self._size = len(source)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def _upto(self, stop: int) -> None:
+        made, source = self._made, self._source
+        for i in range(len(made), min(stop, self._size)):
+            made.append(source[i])
+
+    @overload
+    def __getitem__(self, index: int) -> Block: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Block, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Block | tuple[Block, ...]:
+        if isinstance(index, slice):
+            picked = range(*index.indices(self._size))
+            if picked:
+                self._upto(max(picked[0], picked[-1]) + 1)
+            return tuple(self._made[i] for i in picked)
+        if index < 0:
+            index += self._size
+        if not 0 <= index < self._size:
+            raise IndexError("block index out of range")
+        self._upto(index + 1)
+        return self._made[index]
+
+    def __iter__(self) -> Iterator[Block]:
+        made = self._made
+        for i in range(self._size):
+            if i == len(made):
+                made.append(self._source[i])
+            yield made[i]
+
+
 def block_region(block: Block) -> Region:
     """The grid box ``(c0, c1, r0, r1, s0, s1)`` a block spans (every sub-block lies inside it)."""
     x, y, z = block.shape
@@ -161,6 +237,8 @@ class OpPlacer:
     placements (mode ``op_first_fit``, or an op placer) are cached by graph, degree and cluster
     occupancy. Every cache is bounded by entries and by an estimate of its bytes
     (:attr:`MAX_CACHE_BYTES`): occupancy keys are masks of one bit per server (8 KB at 65,536).
+    The occupancy-keyed ones are kept small while their entries are not reused (a big cluster's
+    occupancy rarely repeats; :meth:`_note_occupancy_lookup`).
 
     Args:
         topology: The cluster.
@@ -173,6 +251,11 @@ class OpPlacer:
     MAX_CACHE_ENTRIES = 200_000
     MAX_CACHE_BYTES = 256 * 2**20
     """Estimated bytes each cache may hold before it is cleared."""
+    REUSE_WINDOW = 4096
+    """Lookups over which the reuse of occupancy-keyed entries is measured (and their bound when
+    they are not reused, see :meth:`_note_occupancy_lookup`)."""
+    MIN_REUSE = 0.1
+    """Fraction of hits below which occupancy-keyed caches are kept small."""
 
     def __init__(self, topology: RampTopology, partitioner: Partitioner,
                  mode: PlacementMode = "op_first_fit", op_placer: BlockOpPlacer | None = None) -> None:
@@ -193,6 +276,8 @@ class OpPlacer:
         self._mask_bytes = topology.num_servers // 8 + 64  # an occupancy key
         self._cache: dict[tuple, Placement | None] = {}
         self._allowed_cache: dict[tuple[int, int, Region | None], Sequence[Block]] = {}
+        self._occupancy_entries = self.MAX_CACHE_ENTRIES  # bound of the occupancy-keyed caches
+        self._occupancy_window = [0, 0]  # lookups, hits in the current window
         self._small = topology.num_servers <= topology.MATERIALISE_MAX_SERVERS
         self._allowed_bytes = 0
         self._relative: dict[tuple, _Relative | None] = {}
@@ -242,6 +327,10 @@ class OpPlacer:
         """How many blocks of ``degree`` servers are free of other jobs (counted, not listed)."""
         return self.free_index(self.topology.all_servers_mask & ~occupied_mask).count(degree)
 
+    def num_free_blocks_of(self, degrees: Sequence[int], occupied_mask: int) -> list[int]:
+        """:meth:`num_free_blocks` of every degree in ``degrees``, counted in one pass."""
+        return self.free_index(self.topology.all_servers_mask & ~occupied_mask).counts(degrees)
+
     def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
               block: Block | None = None) -> Placement | None:
         """Place ``graph`` at ``degree`` given the servers other jobs hold; ``None`` if impossible.
@@ -258,7 +347,9 @@ class OpPlacer:
             found = self.free_index(self.topology.all_servers_mask & ~occupied_mask).first_origin(degree)
             return None if found is None else self._place_shifted(graph, degree, *found)
         key = (graph.fingerprint, degree, occupied_mask, None if block is None else block.mask, self.op_placer_name)
-        if key in self._cache:
+        hit = key in self._cache
+        self._note_occupancy_lookup(hit)
+        if hit:
             return self._cache[key]
         allowed = self.topology.all_servers_mask & ~occupied_mask
         job_block = block
@@ -273,10 +364,25 @@ class OpPlacer:
             result = self.op_placer.refine(graph, degree, result, job_block.servers)
         if result is not None and job_block is not None and not self.partitioner.split_ops:
             result = self._hold_block(result, job_block)
-        if len(self._cache) >= min(self.MAX_CACHE_ENTRIES, self.MAX_CACHE_BYTES // (self._mask_bytes + 1024)):
+        if len(self._cache) >= min(self._occupancy_entries, self.MAX_CACHE_BYTES // (self._mask_bytes + 1024)):
             self._cache.clear()  # bounded memory over long training runs
         self._cache[key] = result
         return result
+
+    def _note_occupancy_lookup(self, hit: bool) -> None:
+        """Count a lookup of an occupancy-keyed placement; at the end of each window of
+        :attr:`REUSE_WINDOW` lookups, bound the occupancy-keyed caches by :attr:`MAX_CACHE_ENTRIES`
+        if at least :attr:`MIN_REUSE` of them hit, else by :attr:`REUSE_WINDOW` (on 32 servers 72 %
+        of the requests of a paper episode hit, on 512 servers 3 %: there the entries only cost
+        memory and garbage-collection time, 0.1-0.3 s per full collection late in an episode).
+        Results never depend on it."""
+        window = self._occupancy_window
+        window[0] += 1
+        window[1] += hit
+        if window[0] >= self.REUSE_WINDOW:
+            self._occupancy_entries = (self.MAX_CACHE_ENTRIES if window[1] >= self.MIN_REUSE * window[0]
+                                       else self.REUSE_WINDOW)
+            window[0] = window[1] = 0
 
     def place_in_block(self, graph: TrainingGraph, degree: int, block: Block) -> Placement | None:
         """First-fit placement of ``graph`` at ``degree`` inside ``block`` (all its servers free),
@@ -313,7 +419,8 @@ class OpPlacer:
 
     def _allowed_blocks(self, n: int, allowed: int, region: Region | None = None) -> Sequence[Block]:
         """Blocks of ``n`` servers that lie inside ``allowed`` (and ``region``), in first-fit order
-        (cached; a tuple on a small cluster, where the per-op scans iterate them often). Inside a
+        (cached; on a small cluster the blocks read are kept, as the per-op scans iterate them often
+        from the start, but only as far as read: a scan usually stops at the first block). Inside a
         region (a job's block) the region's own search keeps them: its blocks are of no use to
         another job."""
         if region is not None:
@@ -323,9 +430,9 @@ class OpPlacer:
         if found is None:
             found = self.free_index(allowed, region).blocks(n)
             if self._small:
-                found = tuple(found)
+                found = _KeptBlocks(found)
             size = self._mask_bytes + 200 + 16 * len(found)  # shape rows and origins
-            if len(self._allowed_cache) >= self.MAX_CACHE_ENTRIES or self._allowed_bytes + size > self.MAX_CACHE_BYTES:
+            if len(self._allowed_cache) >= self._occupancy_entries or self._allowed_bytes + size > self.MAX_CACHE_BYTES:
                 self._allowed_cache.clear()
                 self._allowed_bytes = 0
             self._allowed_cache[key] = found
@@ -341,27 +448,28 @@ class OpPlacer:
         fwd = graph.forward
         # An op and its backward mirror are mounted together: each needs its memory share.
         pair_mem = (2 * (fwd.activation_bytes + fwd.parameter_bytes)).tolist()
-        capacity = self._capacity  # each server its own memory (GPU generations)
-        free_mem: dict[int, float] = {}
+        free_mem = _FreeMemory(self._capacity)  # each server its own memory (GPU generations)
+        room = free_mem.__getitem__
         op_servers: list[tuple[int, ...] | None] = [None] * fwd.num_ops
         for op in order:
             n = splits[op]
             need = pair_mem[op] / n
             chosen: tuple[int, ...] | None = None
+            # min(...) >= need is all(... >= need): memory sizes are finite numbers.
             for parent in parents[op]:
                 ps = op_servers[parent]
-                if ps is not None and len(ps) == n and all(free_mem.get(s, capacity[s]) >= need for s in ps):
+                if ps is not None and len(ps) == n and min(map(room, ps)) >= need:
                     chosen = ps
                     break
             if chosen is None:
                 for blk in self._allowed_blocks(n, allowed, region):
-                    if all(free_mem.get(s, capacity[s]) >= need for s in blk.servers):
+                    if min(map(room, blk.servers)) >= need:
                         chosen = blk.servers
                         break
             if chosen is None:
                 return None
             for s in chosen:
-                free_mem[s] = free_mem.get(s, capacity[s]) - need
+                free_mem[s] = free_mem[s] - need
             op_servers[op] = chosen
         return self.make_placement(tuple(op_servers))  # type: ignore[arg-type]
 
@@ -377,7 +485,7 @@ class OpPlacer:
 
     def make_placement(self, op_servers: tuple[tuple[int, ...], ...]) -> Placement:
         """The :class:`Placement` of ``op_servers`` (servers held, mask, signature)."""
-        held = sorted({s for servers in op_servers for s in servers})
+        held = sorted(set().union(*op_servers))
         mask = 0
         for s in held:
             mask |= 1 << s
