@@ -117,9 +117,11 @@ def _warm_kernels(overrides: list[str]) -> None:
 
 
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
-            max_decisions: int | None = None, thaw: bool = False) -> dict[str, Any]:
+            max_decisions: int | None = None, thaw: bool = False, adaptive: str | None = None) -> dict[str, Any]:
     """Cold-cache latency of every decision of ``episodes`` episodes (seeds 0..episodes-1; at
-    most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`)."""
+    most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`;
+    ``adaptive``: time the adaptive agent of that checkpoint (``policy=pacml_adaptive``) instead:
+    its ``features`` are the condition features, its ``forward`` the selector's scores)."""
     torch.set_num_threads(1)
     overrides = ["scenario=paper", f"beta={beta}", f"cluster={cluster}"]
     if interarrival_s is not None:
@@ -133,7 +135,12 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
     for seed in range(episodes):
         sim = build_simulation(cfg, seed=seed)  # fresh placement / free-block / lookahead caches
         feas = sim.feasibility
-        policy = _policy(cluster, beta, sim.topology.max_degree)  # fresh embedding cache
+        if adaptive is None:
+            policy = _policy(cluster, beta, sim.topology.max_degree)  # fresh embedding cache
+        else:
+            from pacml.adaptive import AdaptivePolicy
+
+            policy = AdaptivePolicy(adaptive)
         policy.reset(seed)
         timer = _Timer()
         placer, step_model = feas.placer, feas.step_model
@@ -141,9 +148,12 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         placer.num_free_blocks = timer.wrap("free_blocks", placer.num_free_blocks)
         placer.num_free_blocks_of = timer.wrap("free_blocks", placer.num_free_blocks_of)
         step_model.step = timer.wrap("lookahead", step_model.step)
-        encode = timer.wrap("features", policy.encoder.encode)
-        policy.encoder.encode = encode
-        policy._probabilities = timer.wrap("forward", policy._probabilities)
+        if adaptive is None:
+            policy.encoder.encode = timer.wrap("features", policy.encoder.encode)
+            policy._probabilities = timer.wrap("forward", policy._probabilities)
+        else:
+            policy.tracker.features = timer.wrap("features", policy.tracker.features)
+            policy.weights.scores = timer.wrap("forward", policy.weights.scores)
         gc.callbacks.append(timer.on_gc)
         decided = 0
         heap = nullcontext() if thaw else frozen_heap()  # as pacml-sim runs an episode
@@ -156,9 +166,9 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
             decision = policy.decide(job, state)
             total.append(time.perf_counter() - t0)
             cpu.append(time.thread_time() - c0)
-            # encode() includes the feasibility queries.
-            feasibility_s = timer.parts["placement"] + timer.parts["lookahead"] + timer.parts["free_blocks"]
-            timer.parts["features"] -= feasibility_s
+            if adaptive is None:  # encode() includes the feasibility queries.
+                feasibility_s = timer.parts["placement"] + timer.parts["lookahead"] + timer.parts["free_blocks"]
+                timer.parts["features"] -= feasibility_s
             for p in PARTS:
                 parts[p].append(timer.parts[p])
             where.append((seed, decided, job.graph.name if hasattr(job.graph, "name") else "", state.occupancy))
@@ -209,15 +219,18 @@ def main() -> None:
                         help="do not freeze the heap as pacml-sim does (full garbage collections visit every object)")
     parser.add_argument("--busy", action="store_true", help="keep the other core busy while measuring")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--adaptive", default=None,
+                        help="time the adaptive agent of this checkpoint (policy=pacml_adaptive) instead")
     args = parser.parse_args()
     spinner = _busy_core() if args.busy else None
     load_before = os.getloadavg()[0]
     try:
         result = {"cluster": args.cluster, "busy": spinner is not None, "frozen_heap": not args.no_freeze,
-                  "agent": f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree",
+                  "agent": (f"adaptive {args.adaptive}" if args.adaptive else
+                            f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree"),
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
                   **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions,
-                          args.no_freeze)}
+                          args.no_freeze, args.adaptive)}
         # Other processes on the host (1-minute load average, the spinner included): wall times
         # above are for this load; CPU times (cpu_*) do not depend on it.
         result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]

@@ -54,7 +54,7 @@ ADAPTIVE_FORMAT = "pacml-adaptive"
 ADAPTIVE_VERSION = 1
 #: Recent arrivals the condition features are estimated from.
 WINDOW = 64
-CONDITION_FEATURES = 14
+CONDITION_FEATURES = 16
 RULE_FEATURES = 6
 #: The paper's para_max cap (spec §13).
 PARA_MAX_CAP = 16
@@ -142,7 +142,8 @@ class ConditionTracker:
         self._beta.append(job.beta)
 
     def features(self, topology: RampTopology) -> NDArray[np.float32]:
-        """``(CONDITION_FEATURES,)``: cluster, then load, burstiness, targets, mix, window fill."""
+        """``(CONDITION_FEATURES,)``: cluster, then load, burstiness, targets (mean, spread, 20/50/80th
+        percentiles), mix, window fill."""
         times = np.fromiter(self._times, float)
         gaps = np.diff(times)
         gaps = gaps[gaps >= 0]
@@ -165,6 +166,8 @@ class ConditionTracker:
             float(beta.mean()) if beta.size else 0.5,
             float(beta.std()) if beta.size else 0.0,
             float(np.quantile(beta, 0.2)) if beta.size else 0.5,
+            float(np.quantile(beta, 0.5)) if beta.size else 0.5,
+            float(np.quantile(beta, 0.8)) if beta.size else 0.5,
             mix_mean / 2.0,
             mix_std,
             min(len(self._seq) / self.window, 1.0),
@@ -226,6 +229,11 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
         raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc}", field="policy.checkpoint") from None
     if meta.get("format") != ADAPTIVE_FORMAT:
         raise ConfigError(f"{path} is not a pacml adaptive checkpoint", field="policy.checkpoint")
+    inputs = layers[0][0].shape[1] if layers else 0
+    if inputs != CONDITION_FEATURES + RULE_FEATURES:
+        raise ConfigError(f"{path} takes {inputs} input features, this version computes "
+                          f"{CONDITION_FEATURES + RULE_FEATURES}: retrain it (pacml-train-adaptive)",
+                          field="policy.checkpoint")
     return SelectorWeights(layers), meta
 
 
@@ -289,6 +297,12 @@ TRAIN_CLUSTERS: tuple[tuple[int, int, int, int], ...] = (
     (4, 4, 2, 16), (4, 4, 4, 16), (2, 4, 4, 16), (4, 4, 8, 16), (8, 4, 4, 16), (4, 8, 8, 32),
     (8, 8, 4, 32), (8, 8, 8, 64),
 )
+#: How often each cluster is drawn: the paper's RAMP most (its conditions differ most between
+#: rules), and the 64- and 512-server RAMPs of the presets more than the other shapes.
+TRAIN_CLUSTER_WEIGHTS = (0.35, 0.15, 0.05, 0.075, 0.05, 0.075, 0.05, 0.2)
+#: Target distributions drawn: the paper's four, then uniform and fixed targets.
+TRAIN_BETAS = ("A", "B", "C", "D", "uniform", "fixed")
+TRAIN_BETA_WEIGHTS = (0.2, 0.2, 0.2, 0.2, 0.1, 0.1)
 #: Graphs training conditions draw their mixes from: the paper's five plus NASNet. DenseNet-121,
 #: Inception-v3, ResNet-50 and ResNeXt-50 are kept out (the unseen-graph condition).
 TRAIN_GRAPHS = ("alexnet", "gnmt", "resnet18", "squeezenet1_0", "vgg16", "nasnetamobile")
@@ -296,13 +310,13 @@ PAPER_INTERARRIVAL_S = 1000.0
 PAPER_SERVERS = 32
 
 
-def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 600) -> list[str]:
+def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500) -> list[str]:
     """Hydra overrides of one random training condition (paper scenario units)."""
-    c, r, s, top = TRAIN_CLUSTERS[int(rng.integers(len(TRAIN_CLUSTERS)))]
+    c, r, s, top = TRAIN_CLUSTERS[int(rng.choice(len(TRAIN_CLUSTERS), p=TRAIN_CLUSTER_WEIGHTS))]
     servers = c * r * s
     factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
     gap = PAPER_INTERARRIVAL_S * PAPER_SERVERS / servers * factor
-    beta = ["beta=A", "beta=B", "beta=C", "beta=D", "beta=uniform", "beta=fixed"][int(rng.integers(6))]
+    beta = f"beta={TRAIN_BETAS[int(rng.choice(len(TRAIN_BETAS), p=TRAIN_BETA_WEIGHTS))]}"
     over = ["scenario=paper", beta, f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
             f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}",
             f"arrivals={'poisson' if rng.random() < 0.5 else 'fixed'}",

@@ -41,8 +41,8 @@ class AdaptiveTrainConfig:
     """Knobs of ``pacml-train-adaptive`` (``conf/train_adaptive.yaml``)."""
 
     num_conditions: int = 400
-    seeds_per_condition: int = 3
-    jobs_per_episode: int = 600
+    seeds_per_condition: int = 2
+    jobs_per_episode: int = 500
     workers: int = 2
     seed: int = 0
     time_budget_s: float = 3600.0
@@ -152,8 +152,12 @@ def _dataset(results: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
 
 
 def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[str, Any]], out_dir: Path,
-        deadline: float) -> tuple[SelectorWeights, dict[str, float]]:
-    """Fit the selector by expected regret; keep the epoch with the best validation argmax regret."""
+        deadline: float, drop: tuple[int, ...] = ()) -> tuple[SelectorWeights, dict[str, float]]:
+    """Fit the selector by expected regret; keep the epoch with the best validation argmax regret.
+
+    ``drop``: condition-feature columns zeroed everywhere (ablations: what the selector does
+    without, e.g., the load or target features).
+    """
     import torch
     from torch import nn
 
@@ -161,6 +165,9 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
     torch.set_num_threads(cfg.torch_threads)
     xc, xr, reg = _dataset(train)
     vc, vr, vreg = _dataset(val) if val else (xc, xr, reg)
+    for column in drop:
+        xc[:, column] = 0.0
+        vc[:, column] = 0.0
     dim = xc.shape[1] + xr.shape[2]
     net = nn.Sequential(nn.Linear(dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(),
                         nn.Linear(cfg.hidden, 1))

@@ -109,11 +109,16 @@ def test_selector_picks_its_rule_and_then_behaves_exactly_like_it() -> None:
 
 def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
     rng = np.random.default_rng(0)
-    w = SelectorWeights([(rng.normal(size=(8, 20)), rng.normal(size=8)), (rng.normal(size=(1, 8)), rng.normal(size=1))])
+    width = CONDITION_FEATURES + RULE_FEATURES
+    w = SelectorWeights([(rng.normal(size=(8, width)), rng.normal(size=8)), (rng.normal(size=(1, 8)), rng.normal(size=1))])
     path = save_adaptive(tmp_path / "a.npz", w, {"x": 1})
     back, meta = load_adaptive(path)
-    cond, rules = rng.normal(size=14).astype(np.float32), rng.normal(size=(5, 6)).astype(np.float32)
+    cond = rng.normal(size=CONDITION_FEATURES).astype(np.float32)
+    rules = rng.normal(size=(5, RULE_FEATURES)).astype(np.float32)
     assert np.array_equal(back.scores(cond, rules), w.scores(cond, rules)) and meta["x"] == 1
+    old = save_adaptive(tmp_path / "old.npz", SelectorWeights([(np.zeros((1, width - 2)), np.zeros(1))]), {})
+    with pytest.raises(ConfigError, match="retrain it"):
+        load_adaptive(old)
     (tmp_path / "bad.npz").write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError, match="cannot read adaptive checkpoint"):
         load_adaptive(tmp_path / "bad.npz")
