@@ -198,3 +198,23 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
                            f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"pacml-train-adaptive: error: {message}") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("cluster", ["ramp32", "ramp512"])
+def test_shipped_adaptive_agent_loads_and_acts(cluster: str) -> None:
+    """The shipped agent holds its training record and decides a short episode on any cluster with
+    rules that cluster offers."""
+    from pacml.policy import SHIPPED_DIR
+
+    for file in ("adaptive.npz", "train_config.yaml", "metrics.csv", "train_summary.json"):
+        assert (SHIPPED_DIR / "paper_adaptive" / file).is_file(), file
+    policy = AdaptivePolicy("paper_adaptive")
+    assert policy.meta["conditions"] > 100
+    gap = 1000.0 if cluster == "ramp32" else 62.5
+    cfg = compose_sim_config(["scenario=paper", "beta=C", f"cluster={cluster}", f"mean_interarrival_s={gap}",
+                              f"horizon_s={60 * gap}", "progress=false"])
+    result = build_simulation(cfg, seed=0).run(policy)
+    topo = build_topology(cfg)
+    # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
+    assert result.summary["num_jobs_arrived"] >= 50 and result.summary["blocking_rate"] < 0.75
+    assert set(policy.chosen) <= {r.label for r in rule_candidates(topo)}
