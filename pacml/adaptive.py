@@ -237,36 +237,138 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     return SelectorWeights(layers), meta
 
 
+class _DiscardSink:
+    """Record sink of a shadow cluster: keeps nothing (a shadow only counts its blocked jobs)."""
+
+    records: list[Any] = []
+
+    def arrived(self, job_id: int) -> None:
+        """Nothing to keep."""
+
+    def add(self, record: Any) -> None:
+        """Nothing to keep."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def abort(self) -> None:
+        """Nothing to drop."""
+
+
+class _Feed:
+    """The job stream of a shadow cluster: the jobs the real one has shown the policy, one at a time."""
+
+    def __init__(self) -> None:
+        self.queue: deque[JobSpec] = deque()
+
+    def jobs(self, seed: int) -> Any:
+        """Yield the queued jobs; the shadow asks for the next only after it is queued."""
+        while True:
+            if not self.queue:
+                raise RuntimeError("a shadow cluster asked for a job the policy has not seen yet")
+            yield self.queue.popleft()
+
+
+class ShadowCluster:
+    """A copy of the cluster that decides every job the policy sees with one fixed rule.
+
+    It is a second :class:`~simulator.simulation.Simulation` on the same feasibility engine (so it
+    shares the lookahead caches), fed the arriving jobs as the real cluster shows them to the
+    policy; arrivals do not depend on decisions, so it sees exactly the stream the rule would have
+    met. ``blocked`` counts the jobs the rule blocked on arrival (no feasible degree, or a target
+    the degree misses).
+    """
+
+    def __init__(self, rule: Rule, state: ClusterState) -> None:
+        from simulator.simulation import Simulation
+
+        self.rule = rule
+        self._feed = _Feed()
+        self._sim = Simulation(self._feed, state.feasibility.engine, seed=0,  # type: ignore[arg-type]
+                               horizon_s=state.horizon_s, horizon_accounting=state.horizon_accounting,
+                               sink=_DiscardSink())
+        self.blocked = 0
+        self.decided = 0
+        #: Whether the last job stepped was blocked.
+        self.last_blocked = False
+
+    def step(self, job: JobSpec) -> None:
+        """Decide ``job`` (the real cluster's arriving job) with the rule."""
+        self._feed.queue.append(job)
+        if self._sim.next_job() is not job:  # pragma: no cover - the feed protocol guarantees it
+            raise RuntimeError("shadow cluster out of step with the real one")
+        self.decided += 1
+        self.last_blocked = self._sim.apply(Decision(self.rule.degree(self._sim.state()))) is not None
+        self.blocked += self.last_blocked
+
+
 class AdaptivePolicy:
     """The adaptive degree agent: pick the rule the selector scores best for the condition seen so
-    far, and decide the job with it.
+    far, and decide the job with it; optionally correct the selector online with shadow clusters.
+
+    With ``shadow_rules > 0`` the agent also runs a :class:`ShadowCluster` for each of the
+    ``shadow_rules`` rules the selector scores best on the first job (every rule when the cluster
+    offers no more). It follows the selector until, after ``shadow_warmup`` jobs, some shadow has
+    blocked clearly fewer jobs than the shadow of the rule it follows: more than ``shadow_margin``
+    jobs fewer, and ``shadow_z`` standard deviations fewer in a paired (McNemar) test over the
+    jobs exactly one of the two blocked (the shadows see the same jobs, so only those differ).
+    From then on it follows the shadows' leader, switching again only on the same evidence. The
+    selector is a prior learned offline; the shadows are the condition's own evidence, measured
+    on the jobs that arrived. The warm-up matters: from an empty cluster every rule blocks
+    little, and the rule that blocks least over the first jobs is often not the one that blocks
+    least once the cluster is full.
 
     Args:
         checkpoint: ``adaptive.npz`` file, a run directory holding one, or a shipped name.
         weights: In-memory weights instead of a file (training-time evaluation).
+        shadow_rules: How many rules get a shadow cluster (0: none, the selector alone).
+        shadow_warmup: Jobs decided before the shadows may overrule the selector.
+        shadow_margin: Fewest blocked jobs by which a shadow must lead to be followed.
+        shadow_z: Standard deviations by which it must lead (paired test).
     """
 
-    def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None) -> None:
+    def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
+                 shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
+                 shadow_z: float = 1.0) -> None:
+        from simulator.errors import ConfigError
+
         if weights is None:
             from pacml.policy import _resolve
 
             if checkpoint is None:
-                from simulator.errors import ConfigError
-
                 raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
             weights, self.meta = load_adaptive(_resolve(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
         else:
             self.meta = {}
+        for name, value, low in (("shadow_rules", shadow_rules, 0), ("shadow_warmup", shadow_warmup, 0),
+                                 ("shadow_margin", shadow_margin, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"policy.{name}")
+        if not (isinstance(shadow_z, int | float) and not isinstance(shadow_z, bool)
+                and math.isfinite(shadow_z) and shadow_z >= 0):
+            raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
         self.weights = weights
+        self.shadow_rules = shadow_rules
+        self.shadow_warmup = shadow_warmup
+        self.shadow_margin = shadow_margin
+        self.shadow_z = float(shadow_z)
         self.tracker = ConditionTracker()
         self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
         #: Rule used for each decision of the current episode (labels), for analysis.
         self.chosen: list[str] = []
+        #: Shadow clusters of the current episode (empty without shadows or before the first job).
+        self.shadows: list[ShadowCluster] = []
+        self._following: int | None = None  # index of the shadow followed
+        # _discordant[i, j]: jobs exactly one of shadows i and j blocked.
+        self._discordant = np.zeros((0, 0), dtype=np.int64)
 
     def reset(self, seed: int | None = None) -> None:
-        """A new episode: forget the arrivals seen."""
+        """A new episode: forget the arrivals seen and the shadows."""
         self.tracker.reset()
         self.chosen = []
+        self.shadows = []
+        self._following = None
+        self._discordant = np.zeros((0, 0), dtype=np.int64)
 
     def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
         key = id(topology)
@@ -276,16 +378,44 @@ class AdaptivePolicy:
             got = self._rules[key] = (rules, np.stack([rule_features(r, topology) for r in rules]))
         return got
 
-    def select(self, job: JobSpec, state: ClusterState) -> Rule:
-        """Observe the job and return the rule the selector picks for the condition."""
+    def _scores(self, job: JobSpec, state: ClusterState) -> tuple[list[Rule], NDArray[np.float64]]:
         self.tracker.observe(job)
         rules, feats = self._rule_table(state.topology)
-        scores = self.weights.scores(self.tracker.features(state.topology), feats)
+        return rules, self.weights.scores(self.tracker.features(state.topology), feats)
+
+    def select(self, job: JobSpec, state: ClusterState) -> Rule:
+        """Observe the job and return the rule the selector picks for the condition."""
+        rules, scores = self._scores(job, state)
         return rules[int(np.argmax(scores))]
 
+    def _leads(self, a: int, b: int) -> bool:
+        """Whether shadow ``a`` has blocked clearly fewer jobs than shadow ``b`` (indices)."""
+        gap = self.shadows[b].blocked - self.shadows[a].blocked
+        return gap > self.shadow_margin and gap > self.shadow_z * math.sqrt(self._discordant[a, b])
+
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
-        """The selected rule's degree for the job (0 rejects)."""
-        rule = self.select(job, state)
+        """The degree the followed rule gives the job (0 rejects)."""
+        rules, scores = self._scores(job, state)
+        rule = rules[int(np.argmax(scores))]
+        if self.shadow_rules:
+            if not self.shadows:
+                order = np.argsort(-scores, kind="stable")[:self.shadow_rules]
+                self.shadows = [ShadowCluster(rules[int(i)], state) for i in sorted(order)]
+                self._discordant = np.zeros((len(self.shadows), len(self.shadows)), dtype=np.int64)
+            for shadow in self.shadows:
+                shadow.step(job)
+            flags = np.fromiter((s.last_blocked for s in self.shadows), bool, len(self.shadows))
+            if flags.any() and not flags.all():
+                self._discordant += flags[:, None] != flags[None, :]
+            if self.shadows[0].decided > self.shadow_warmup:
+                leader = min(range(len(self.shadows)), key=lambda i: self.shadows[i].blocked)
+                current = self._following
+                if current is None:  # an unshadowed pick is followed as is
+                    current = next((i for i, s in enumerate(self.shadows) if s.rule == rule), None)
+                if current is not None and self._leads(leader, current):
+                    self._following = leader
+            if self._following is not None:
+                rule = self.shadows[self._following].rule
         self.chosen.append(rule.label)
         return Decision(rule.degree(state))
 
@@ -310,20 +440,42 @@ PAPER_INTERARRIVAL_S = 1000.0
 PAPER_SERVERS = 32
 
 
-def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500) -> list[str]:
-    """Hydra overrides of one random training condition (paper scenario units)."""
-    c, r, s, top = TRAIN_CLUSTERS[int(rng.choice(len(TRAIN_CLUSTERS), p=TRAIN_CLUSTER_WEIGHTS))]
+#: Load factors (times the paper's load per server) of the dense "core" conditions: the paper's
+#: RAMP between 0.4x and 2.5x, where the best rule jumps (min_feasible(4-6) at 1x, para_max at 1.3x).
+CORE_FACTORS = (0.4, 2.5)
+
+
+#: Mean inter-arrival time of each scenario family at the paper's load, in its own units.
+SCENARIO_INTERARRIVAL_S = {"paper": PAPER_INTERARRIVAL_S, "physical": 1.0}
+
+
+def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core_frac: float = 0.0,
+                     scenario: str = "paper") -> list[str]:
+    """Hydra overrides of one random training condition of ``scenario``'s family (``paper``:
+    the original's units; ``physical``: milliseconds, block placement).
+
+    With probability ``core_frac`` the condition is a *core* one: the paper's RAMP, fixed (60 %)
+    or Poisson arrivals at 0.4x-2.5x the paper's load, the paper's five graphs in 70 % of them.
+    There the best rule changes sharply with the load, so the broad draw alone samples it too
+    thinly. ``core_frac=0`` draws exactly what it drew before the option existed.
+    """
+    core = core_frac > 0 and rng.random() < core_frac
+    if core:
+        c, r, s, top = TRAIN_CLUSTERS[0]
+        factor = float(np.exp(rng.uniform(math.log(CORE_FACTORS[0]), math.log(CORE_FACTORS[1]))))
+    else:
+        c, r, s, top = TRAIN_CLUSTERS[int(rng.choice(len(TRAIN_CLUSTERS), p=TRAIN_CLUSTER_WEIGHTS))]
+        factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
     servers = c * r * s
-    factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
-    gap = PAPER_INTERARRIVAL_S * PAPER_SERVERS / servers * factor
+    gap = SCENARIO_INTERARRIVAL_S[scenario] * PAPER_SERVERS / servers * factor
     beta = f"beta={TRAIN_BETAS[int(rng.choice(len(TRAIN_BETAS), p=TRAIN_BETA_WEIGHTS))]}"
-    over = ["scenario=paper", beta, f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
+    over = [f"scenario={scenario}", beta, f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
             f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}",
-            f"arrivals={'poisson' if rng.random() < 0.5 else 'fixed'}",
+            f"arrivals={'poisson' if rng.random() < (0.4 if core else 0.5) else 'fixed'}",
             f"mean_interarrival_s={gap:.6g}", f"horizon_s={gap * jobs_per_episode:.6g}"]
     if beta == "beta=fixed":
         over.append(f"beta.value={float(rng.choice([0.2, 0.3, 0.4, 0.5, 0.7, 1.0]))}")
-    if rng.random() < 0.3:
+    if rng.random() < (0.7 if core else 0.3):
         graphs = list(TRAIN_GRAPHS[:5])
     else:
         size = int(rng.integers(2, len(TRAIN_GRAPHS) + 1))

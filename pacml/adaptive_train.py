@@ -24,7 +24,7 @@ import multiprocessing as mp
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -53,11 +53,14 @@ class AdaptiveTrainConfig:
     learning_rate: float = 3.0e-3
     weight_decay: float = 1.0e-4
     torch_threads: int = 1
+    core_frac: float = 0.0
+    scenario: str = "paper"
 
 
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
     """The overrides of training condition ``index`` (a pure function of the run's seed)."""
-    return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode)
+    return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode, cfg.core_frac,
+                            cfg.scenario)
 
 
 def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
@@ -295,7 +298,8 @@ def command() -> Any:
               "time_budget_s": Rule(float | None, low=0.0, low_open=True),
               "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
               "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
-              "torch_threads": count}
+              "torch_threads": count, "core_frac": Rule(float, low=0.0, high=1.0),
+              "scenario": Rule(Literal["paper", "physical"])}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
 

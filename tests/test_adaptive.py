@@ -15,6 +15,7 @@ from pacml.adaptive import (
     ConditionTracker,
     Rule,
     SelectorWeights,
+    ShadowCluster,
     load_adaptive,
     rule_candidates,
     rule_features,
@@ -133,6 +134,87 @@ def test_sampled_conditions_build_and_are_reproducible() -> None:
         topo = build_topology(compose_sim_config(over))
         assert 32 <= topo.num_servers <= 512
         assert not any(g in o for o in over for g in ("densenet121", "inception_v3", "resnet50", "resnext50"))
+
+
+PAPER_D = ["scenario=paper", "beta=D", "horizon_s=300000", "progress=false"]  # 300 jobs at the paper's load
+
+
+def test_a_shadow_cluster_blocks_exactly_what_its_rule_blocks_on_the_real_cluster() -> None:
+    cfg = compose_sim_config(PAPER_D)
+    for rule, heuristic in ((Rule("min_feasible", 4), MinFeasible(4)), (Rule("para_max", 16), ParaMax(16))):
+        sim = build_simulation(cfg, seed=5)
+        shadow, decided, blocked_now = None, 0, 0
+        while (job := sim.next_job()) is not None:
+            state = sim.state()
+            shadow = shadow or ShadowCluster(rule, state)
+            shadow.step(job)
+            decided += 1
+            blocked_now += sim.apply(heuristic.decide(job, state)) is not None
+        assert blocked_now > 20  # the load is high enough for the count to mean something
+        assert (shadow.decided, shadow.blocked) == (decided, blocked_now), rule.label
+
+
+def _run(policy: AdaptivePolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:
+    sim = build_simulation(cfg, seed=seed)
+    policy.reset(seed)
+    degrees = []
+    while (job := sim.next_job()) is not None:
+        decision = policy.decide(job, sim.state())
+        degrees.append(decision.degree)
+        sim.apply(decision)
+    return sim.finalize().summary["blocking_rate"], degrees
+
+
+def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None:
+    cfg = compose_sim_config(PAPER_D)
+    topo = build_topology(cfg)
+    # A selector that always says para_max(16), the worst rule for beta D at this load.
+    wrong = AdaptivePolicy(weights=_Prefer("para_max(16)", topo))
+    para_max, para_max_degrees = _run(wrong, cfg)
+    assert set(wrong.chosen) == {"para_max(16)"}
+    corrected = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8)
+    blocking, degrees = _run(corrected, cfg)
+    assert len(corrected.shadows) == len(rule_candidates(topo))  # 7 rules, all shadowed
+    switched = corrected.chosen.index(next(c for c in corrected.chosen if c != "para_max(16)"))
+    assert corrected.shadow_warmup <= switched < 250 and corrected.chosen[-1].startswith("min_feasible")
+    assert degrees[:switched] == para_max_degrees[:switched]  # the selector alone for the first 64 jobs, at least
+    assert blocking < para_max - 0.03
+    assert (blocking, degrees) == _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
+    # A selector already on the shadows' leader is never overruled.
+    leader = min(corrected.shadows, key=lambda s: s.blocked).rule.label
+    right = AdaptivePolicy(weights=_Prefer(leader, topo), shadow_rules=8)
+    _run(right, cfg)
+    assert set(right.chosen) == {leader}
+    # Shadows for the selector's best 2 rules only: an unshadowed pick cannot be overruled.
+    two = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2)
+    _run(two, cfg)
+    assert len(two.shadows) == 2 and two.shadows[0].rule.label == "para_max(16)"
+
+
+def test_shadow_options_are_checked() -> None:
+    for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
+                     ("shadow_z", float("nan"))):
+        with pytest.raises(ConfigError, match=key):
+            AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
+
+
+def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_old_draws() -> None:
+    # The shipped paper_adaptive was trained before core_frac existed: its conditions must still
+    # be drawn exactly (this one was printed by that version of sample_condition).
+    assert sample_condition(np.random.default_rng([0, 3])) == [
+        "scenario=paper", "beta=B", "cluster.num_comm_groups=8", "cluster.num_racks_per_group=8",
+        "cluster.num_servers_per_rack=8", "cluster.max_degree=64", "arrivals=poisson",
+        "mean_interarrival_s=169.771", "horizon_s=84885.3",
+        "workload.graphs=[alexnet,gnmt,resnet18,squeezenet1_0,vgg16]"]
+    core = [sample_condition(np.random.default_rng([1, i]), 500, core_frac=1.0) for i in range(400)]
+    for over in core:
+        assert "cluster.num_servers_per_rack=2" in over and "cluster.num_comm_groups=4" in over
+        gap = float(next(o for o in over if o.startswith("mean_interarrival_s=")).split("=")[1])
+        assert 400 * 0.999 <= gap <= 2500 * 1.001
+    assert 0.5 * 400 < sum("arrivals=fixed" in o for o in core) < 0.7 * 400  # 60 % fixed
+    mixed = [sample_condition(np.random.default_rng([1, i]), 500, core_frac=0.5) for i in range(200)]
+    on_paper = sum("cluster.num_servers_per_rack=2" in o and "cluster.num_comm_groups=4" in o for o in mixed)
+    assert 0.55 * 200 < on_paper < 0.80 * 200  # half core, plus the broad draw's 35 % of the rest
 
 
 def test_teacher_search_matches_the_heuristic_runs() -> None:
