@@ -25,7 +25,7 @@ from pacml.adaptive import (
 )
 from pacml.adaptive_train import AdaptiveTrainConfig, baseline_regrets, fit, train
 from pacml.env import compose_sim_config
-from simulator.build import build_simulation, build_topology
+from simulator.build import build_policy, build_simulation, build_topology
 from simulator.errors import ConfigError
 from simulator.policies.heuristics import MinFeasible, ParaMax
 from simulator.policy import Decision
@@ -290,13 +290,15 @@ def test_shipped_adaptive_agent_loads_and_acts(cluster: str) -> None:
 
     for file in ("adaptive.npz", "train_config.yaml", "metrics.csv", "train_summary.json"):
         assert (SHIPPED_DIR / "paper_adaptive" / file).is_file(), file
-    policy = AdaptivePolicy("paper_adaptive")
-    assert policy.meta["conditions"] > 100
     gap = 1000.0 if cluster == "ramp32" else 62.5
     cfg = compose_sim_config(["scenario=paper", "beta=C", f"cluster={cluster}", f"mean_interarrival_s={gap}",
-                              f"horizon_s={60 * gap}", "progress=false"])
+                              f"horizon_s={150 * gap}", "progress=false", "policy=pacml_adaptive"])
+    policy = build_policy(cfg)  # as pacml-sim builds it: the shipped checkpoint, 8 shadow clusters
+    assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
-    assert result.summary["num_jobs_arrived"] >= 50 and result.summary["blocking_rate"] < 0.75
+    assert result.summary["num_jobs_arrived"] >= 140 and result.summary["blocking_rate"] < 0.75
     assert set(policy.chosen) <= {r.label for r in rule_candidates(topo)}
+    assert len(policy.shadows) == min(8, len(rule_candidates(topo)))
+    assert all(s.decided == len(policy.chosen) for s in policy.shadows)
