@@ -4,132 +4,50 @@ The shipped shadows (``pacml.adaptive.ShadowCluster``) start from an empty clust
 blocking from the first job, so on 512 servers they measure each rule from a state the real
 cluster is no longer in. This prototype tests the obvious fix: every ``window`` jobs (after a
 64-job warm-up) it forks one shadow per candidate rule from the real cluster's *current* state
-(its running jobs become release events), runs them on the next ``window`` arriving jobs, and
-then follows the rule that blocked fewest jobs in that window (by more than ``margin``).
+(a :class:`~simulator.policies.lookahead.RolloutCluster` holding its running jobs), runs them
+on the next ``window`` arriving jobs, and then follows the rule that blocked fewest jobs in that
+window (by more than ``margin``).
 A fork that follows the real cluster's own rule blocks exactly the jobs the real cluster blocks
 (checked with ``--check``).
 
-It reaches into ``simulator.simulation`` internals, hence a benchmark script, not library code.
 Seeds are validation seeds 500100-500104, never the grid's.
 
 Usage: python benchmarks/proto_refork_shadows.py CONDITIONS VARIANT_JSON... | --check
   e.g. ramp512_C_62.5,physical_D '{"shadow_rules":0}' '{"shadow_rules":8}' '{"window":128}'
 """
+
 from __future__ import annotations
 
-import bisect
-import heapq
 import json
 import sys
-from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
-import simpy
 
-from pacml.adaptive import AdaptivePolicy, Rule, _DiscardSink, _Feed
+from pacml.adaptive import AdaptivePolicy, Rule
 from pacml.conditions import get_condition
 from pacml.env import compose_sim_config
 from simulator.build import build_simulation
+from simulator.policies.lookahead import RolloutCluster
 from simulator.policy import Decision
-from simulator.simulation import Simulation, _Running
 
 SEEDS = range(500100, 500105)
 
-@dataclass
-class _Phantom:
-    """A running job of the real cluster, as the fork sees it: servers held until a release time."""
-
-    mask: int
-    servers: tuple[int, ...]
-
-    @property
-    def num_servers(self) -> int:
-        """Servers held."""
-        return len(self.servers)
-
-
-class _Env(simpy.Environment):
-    """A SimPy environment that starts at the real cluster's time and counts its events."""
-
-    def __init__(self, start_s: float) -> None:
-        super().__init__(initial_time=start_s)
-        self.events_processed = 0
-
-    def step(self) -> None:
-        self.events_processed += 1
-        super().step()
-
-
-class ForkSim(Simulation):
-    """A simulation that starts where ``state`` is: its time, its running jobs' servers busy until
-    their end times (without records), then the jobs fed to it."""
-
-    def __init__(self, feed: _Feed, state: Any) -> None:
-        super().__init__(feed, state.feasibility.engine, seed=0, horizon_s=state.horizon_s,  # type: ignore[arg-type]
-                         horizon_accounting=state.horizon_accounting, sink=_DiscardSink())
-        self.env = _Env(state.time_s)  # the parent's processes were registered on a clock at 0
-        self._request = self.env.event()
-        self._finished = self.env.event()
-        for i, (end_s, mask) in enumerate(state.running):
-            job_id = -(i + 1)
-            servers = tuple(j for j in range(self.topology.num_servers) if mask >> j & 1)
-            placement = _Phantom(mask, servers)
-            self.cluster.allocate(job_id, placement)  # type: ignore[arg-type]
-            run = _Running(None, len(servers), placement, end_s - state.time_s, state.time_s,  # type: ignore[arg-type]
-                           0.0, 0.0, self.env.event())
-            self._running[job_id] = run
-            end = run.start_s + run.jct_s
-            self._running_sorted.append((end, mask))
-            self._releases_sorted.append((end, mask, len(servers)))
-            self._ends.append((end, job_id))
-            self.env.process(self._phantom(run, job_id))
-        self._running_sorted.sort()
-        self._releases_sorted.sort()
-        self._ends.sort()
-        self.env.process(self._arrivals())
-        if self.accounting == "paper":
-            self.env.process(self._stop())
-
-    def _stop(self) -> Any:
-        yield self.env.timeout(max(self.horizon_s - self.env.now, 0.0))
-        if not self._finished.triggered:
-            self._finished.succeed()
-
-    def _phantom(self, run: _Running, job_id: int) -> Any:
-        yield self.env.timeout(run.jct_s)
-        if self._finished.triggered:
-            return
-        self.cluster.release(job_id)
-        del self._running[job_id]
-        end = run.start_s + run.jct_s
-        del self._running_sorted[bisect.bisect_left(self._running_sorted, (end, run.placement.mask))]
-        entry = (end, run.placement.mask, run.placement.num_servers)
-        del self._releases_sorted[bisect.bisect_left(self._releases_sorted, entry)]
-        heap = self._ends
-        while heap and heap[0][1] not in self._running:
-            heapq.heappop(heap)
-        run.done.succeed()
-
-
 class Shadow:
-    """One rule on a fork of the real cluster."""
+    """One rule on a fork of the real cluster: its running jobs become release events."""
 
     def __init__(self, rule: Rule, state: Any) -> None:
         self.rule = rule
-        self.feed = _Feed()
-        self.sim = ForkSim(self.feed, state)
+        self.cluster = RolloutCluster(state.feasibility.engine, state.occupied_mask, state.running)
         self.blocked = 0
         self.decided = 0
 
     def step(self, job: Any) -> None:
         """Decide the real cluster's arriving job with the rule."""
-        self.feed.queue.append(job)
-        if self.sim.next_job() is not job:
-            raise RuntimeError("fork out of step")
+        table = self.cluster.table(job)
         self.decided += 1
-        self.blocked += self.sim.apply(Decision(self.rule.degree(self.sim.state()))) is not None
+        self.blocked += not self.cluster.start(table, self.rule.degree_for(table))
 
 
 class Refork(AdaptivePolicy):

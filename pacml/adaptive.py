@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.cluster import ClusterState
+from simulator.feasibility import FeasibilityTable
 from simulator.policies.heuristics import min_feasible_degree
 from simulator.policy import Decision
 from simulator.topology import RampTopology
@@ -75,7 +76,10 @@ class Rule:
 
     def degree(self, state: ClusterState) -> int:
         """The degree this rule gives the arriving job (0 rejects)."""
-        table = state.feasibility
+        return self.degree_for(state.feasibility)
+
+    def degree_for(self, table: FeasibilityTable) -> int:
+        """The degree this rule gives ``table``'s job (0 rejects)."""
         if self.kind == "min_feasible":
             return min_feasible_degree(table, self.k)
         mask = table.mask("paper")
@@ -237,56 +241,21 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     return SelectorWeights(layers), meta
 
 
-class _DiscardSink:
-    """Record sink of a shadow cluster: keeps nothing (a shadow only counts its blocked jobs)."""
-
-    records: list[Any] = []
-
-    def arrived(self, job_id: int) -> None:
-        """Nothing to keep."""
-
-    def add(self, record: Any) -> None:
-        """Nothing to keep."""
-
-    def close(self) -> None:
-        """Nothing to close."""
-
-    def abort(self) -> None:
-        """Nothing to drop."""
-
-
-class _Feed:
-    """The job stream of a shadow cluster: the jobs the real one has shown the policy, one at a time."""
-
-    def __init__(self) -> None:
-        self.queue: deque[JobSpec] = deque()
-
-    def jobs(self, seed: int) -> Any:
-        """Yield the queued jobs; the shadow asks for the next only after it is queued."""
-        while True:
-            if not self.queue:
-                raise RuntimeError("a shadow cluster asked for a job the policy has not seen yet")
-            yield self.queue.popleft()
-
-
 class ShadowCluster:
     """A copy of the cluster that decides every job the policy sees with one fixed rule.
 
-    It is a second :class:`~simulator.simulation.Simulation` on the same feasibility engine (so it
-    shares the lookahead caches), fed the arriving jobs as the real cluster shows them to the
-    policy; arrivals do not depend on decisions, so it sees exactly the stream the rule would have
-    met. ``blocked`` counts the jobs the rule blocked on arrival (no feasible degree, or a target
-    the degree misses).
+    It is a :class:`~simulator.policies.lookahead.RolloutCluster` (exact with respect to the
+    simulator, sharing the real cluster's lookahead caches), started empty and fed the arriving
+    jobs as the real cluster shows them to the policy. Arrivals do not depend on decisions, so it
+    sees exactly the stream the rule would have met. ``blocked`` counts the jobs the rule blocked
+    on arrival (no feasible degree, or a target the degree misses).
     """
 
     def __init__(self, rule: Rule, state: ClusterState) -> None:
-        from simulator.simulation import Simulation
+        from simulator.policies.lookahead import RolloutCluster
 
         self.rule = rule
-        self._feed = _Feed()
-        self._sim = Simulation(self._feed, state.feasibility.engine, seed=0,  # type: ignore[arg-type]
-                               horizon_s=state.horizon_s, horizon_accounting=state.horizon_accounting,
-                               sink=_DiscardSink())
+        self._cluster = RolloutCluster(state.feasibility.engine)
         self.blocked = 0
         self.decided = 0
         #: Whether the last job stepped was blocked.
@@ -294,11 +263,9 @@ class ShadowCluster:
 
     def step(self, job: JobSpec) -> None:
         """Decide ``job`` (the real cluster's arriving job) with the rule."""
-        self._feed.queue.append(job)
-        if self._sim.next_job() is not job:  # pragma: no cover - the feed protocol guarantees it
-            raise RuntimeError("shadow cluster out of step with the real one")
+        table = self._cluster.table(job)
         self.decided += 1
-        self.last_blocked = self._sim.apply(Decision(self.rule.degree(self._sim.state()))) is not None
+        self.last_blocked = not self._cluster.start(table, self.rule.degree_for(table))
         self.blocked += self.last_blocked
 
 

@@ -139,19 +139,24 @@ def test_sampled_conditions_build_and_are_reproducible() -> None:
 PAPER_D = ["scenario=paper", "beta=D", "horizon_s=300000", "progress=false"]  # 300 jobs at the paper's load
 
 
-def test_a_shadow_cluster_blocks_exactly_what_its_rule_blocks_on_the_real_cluster() -> None:
-    cfg = compose_sim_config(PAPER_D)
-    for rule, heuristic in ((Rule("min_feasible", 4), MinFeasible(4)), (Rule("para_max", 16), ParaMax(16))):
-        sim = build_simulation(cfg, seed=5)
-        shadow, decided, blocked_now = None, 0, 0
-        while (job := sim.next_job()) is not None:
-            state = sim.state()
-            shadow = shadow or ShadowCluster(rule, state)
-            shadow.step(job)
-            decided += 1
-            blocked_now += sim.apply(heuristic.decide(job, state)) is not None
-        assert blocked_now > 20  # the load is high enough for the count to mean something
-        assert (shadow.decided, shadow.blocked) == (decided, blocked_now), rule.label
+@pytest.mark.parametrize("overrides, rule, heuristic", [
+    (PAPER_D, Rule("min_feasible", 4), MinFeasible(4)),
+    (PAPER_D, Rule("para_max", 16), ParaMax(16)),  # degrees that miss the target are blocked too
+    (["scenario=paper", "cluster=ramp512", "beta=C", "mean_interarrival_s=62.5", "horizon_s=100000",
+      "progress=false"], Rule("min_feasible", 8), MinFeasible(8)),
+])
+def test_a_shadow_cluster_blocks_exactly_what_its_rule_blocks_on_the_real_cluster(overrides, rule, heuristic) -> None:
+    cfg = compose_sim_config(overrides)
+    sim = build_simulation(cfg, seed=5)
+    shadow, decided, blocked_now = None, 0, 0
+    while (job := sim.next_job()) is not None:
+        state = sim.state()
+        shadow = shadow or ShadowCluster(rule, state)
+        shadow.step(job)
+        decided += 1
+        blocked_now += sim.apply(heuristic.decide(job, state)) is not None
+    assert blocked_now > 20  # the load is high enough for the count to mean something
+    assert (shadow.decided, shadow.blocked) == (decided, blocked_now), rule.label
 
 
 def _run(policy: AdaptivePolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:

@@ -30,15 +30,62 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
 from simulator.cluster import ClusterState
-from simulator.feasibility import Feasibility
+from simulator.feasibility import Feasibility, FeasibilityTable
 from simulator.policies.heuristics import min_feasible_degree
 from simulator.policy import Decision, Policy
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec, Workload
+
+
+class RolloutCluster:
+    """The cluster as a rollout sees it: the servers held and a heap of ``(end time, mask)`` releases.
+
+    Exact with respect to :class:`~simulator.simulation.Simulation` for decisions taken from the
+    feasibility table: completions due at an arrival are released before it is decided, a job is
+    accepted only when it is placed and meets its target, and it holds its servers for its JCT.
+    Much cheaper than a second simulation (no events, no records). Used by the rollouts below and
+    by the adaptive agent's shadow clusters.
+
+    Args:
+        engine: The feasibility engine (its caches are shared with the real cluster).
+        occupied_mask: Servers held now.
+        running: ``(end_time_s, server_mask)`` of the jobs holding them.
+    """
+
+    __slots__ = ("engine", "occupied_mask", "releases")
+
+    def __init__(self, engine: Feasibility, occupied_mask: int = 0,
+                 running: Iterable[tuple[float, int]] = ()) -> None:
+        self.engine = engine
+        self.occupied_mask = occupied_mask
+        self.releases = list(running)
+        heapq.heapify(self.releases)
+
+    def table(self, job: JobSpec) -> FeasibilityTable:
+        """Release what ends by ``job``'s arrival, then its feasibility table."""
+        heap, t = self.releases, job.arrival_time_s
+        while heap and heap[0][0] <= t:
+            self.occupied_mask &= ~heapq.heappop(heap)[1]
+        return self.engine.table(job, self.occupied_mask)
+
+    def start(self, table: FeasibilityTable, degree: int) -> bool:
+        """Start ``table``'s job at ``degree`` if the simulator would accept it; ``False``: blocked."""
+        if degree == 0 or not table.meets_target(degree):
+            return False
+        placement, jct = table.placement(degree), table.jct_s(degree)
+        assert placement is not None and jct is not None
+        self.occupied_mask |= placement.mask
+        heapq.heappush(self.releases, (table.job.arrival_time_s + jct, placement.mask))
+        return True
+
+    def running_after(self, time_s: float) -> int:
+        """Jobs that will still be running at ``time_s``."""
+        return sum(1 for end, _ in self.releases if end > time_s)
 
 
 class RolloutLookahead:
@@ -125,8 +172,7 @@ class RolloutLookahead:
                            horizon_s: float | None, paper: bool) -> int:
         """Blocked jobs among ``future`` under the base rule (+ running at the horizon, if the
         run counts those)."""
-        heap = list(running)
-        heapq.heapify(heap)
+        cluster = RolloutCluster(engine, occupied, running)
         blocked, t = 0, now_s
         k = self.rollout_min_degree
         reached_horizon = False
@@ -135,20 +181,10 @@ class RolloutLookahead:
             if horizon_s is not None and t >= horizon_s:
                 reached_horizon = True
                 break
-            while heap and heap[0][0] <= t:
-                occupied &= ~heapq.heappop(heap)[1]
-            table = engine.table(JobSpec(-1, t, graph, beta, steps), occupied)
-            d = min_feasible_degree(table, k)
-            if d:
-                placement = table.placement(d)
-                jct = table.jct_s(d)
-                assert placement is not None and jct is not None
-                occupied |= placement.mask
-                heapq.heappush(heap, (t + jct, placement.mask))
-            else:
-                blocked += 1
+            table = cluster.table(JobSpec(-1, t, graph, beta, steps))
+            blocked += not cluster.start(table, min_feasible_degree(table, k))
         if paper and reached_horizon:
-            blocked += sum(1 for end, _ in heap if end > horizon_s)  # type: ignore[operator]
+            blocked += cluster.running_after(horizon_s)  # type: ignore[arg-type]
         return blocked
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
