@@ -8,7 +8,7 @@ from pre-training), or a comma list of names.
 Usage:
     python benchmarks/bench_learned_placer.py zeroshot --checkpoint placer_step --graphs heldout
     python benchmarks/bench_learned_placer.py finetune --checkpoint placer_step --graphs heldout --budget 1000
-    python benchmarks/bench_learned_placer.py pipeline --checkpoint placer_step --budget 1000
+    python benchmarks/bench_learned_placer.py pipeline --checkpoint placer_pipeline --budget 1000 --seeds 4
     python benchmarks/bench_learned_placer.py ablation --checkpoint A --checkpoint-b B --graphs heldout
 
 Each writes ``--json`` and prints a markdown table with the summary the issue asks for.
@@ -77,6 +77,11 @@ def run(placer, objective, seed: int = 0) -> dict:
             "curve": result.info.get("curve")}
 
 
+def _temp(args) -> dict:
+    """``temperature=`` for the learned placer's fine-tuning when ``--temperature`` is given."""
+    return {} if args.temperature is None else {"temperature": args.temperature}
+
+
 def _fmt(v: float) -> str:
     return "inf" if v == math.inf else ("-" if v != v else f"{v * 1e3:.4g}")
 
@@ -120,7 +125,8 @@ def finetune(args) -> dict:
             row = {"graph": gname, "devices": dname}
             for seed in range(args.seeds):
                 row.setdefault("learned", []).append(run(method(
-                    "learned", checkpoint=args.checkpoint, mode="finetune", max_evaluations=args.budget), obj, seed))
+                    "learned", checkpoint=args.checkpoint, mode="finetune", max_evaluations=args.budget,
+                    **_temp(args)), obj, seed))
                 row.setdefault("local_search", []).append(run(method(
                     "local_search", max_evaluations=args.budget, respect_memory=True), obj, seed))
                 row.setdefault("anneal", []).append(run(method("anneal", max_evaluations=args.budget), obj, seed))
@@ -154,18 +160,26 @@ def summarise_finetune(rows: list[dict], budget: int) -> dict:
 
 
 def pipeline(args) -> dict:
-    """Pipeline objective on the dnn-partitioning graphs (their own devices) vs the DP optimum."""
+    """Pipeline objective on the dnn-partitioning graphs (their own devices) vs the DP optimum;
+    fine-tuning on ``--seeds`` seeds (mean and worst reported)."""
     rows = []
     for gname in DNN_GRAPHS:
         graph = load_compute_graph(gname)
         obj = bind_objective("pipeline", graph, devices("file", graph))
         row = {"graph": gname, "dp": run(method("dp"), obj),
                "learned": run(method("learned", checkpoint=args.checkpoint, mode="greedy"), obj),
-               "learned_finetune": run(method("learned", checkpoint=args.checkpoint, mode="finetune",
-                                              max_evaluations=args.budget), obj)}
+               "learned_finetune": [run(method("learned", checkpoint=args.checkpoint, mode="finetune",
+                                               max_evaluations=args.budget, **_temp(args)), obj, seed)
+                                    for seed in range(args.seeds)]}
+        tuned = [r["value"] for r in row["learned_finetune"]]
+        dp = row["dp"]["value"]
+        row["summary"] = {"greedy_vs_dp": row["learned"]["value"] / dp - 1,
+                          "finetune_mean_vs_dp": float(np.mean(tuned)) / dp - 1,
+                          "finetune_worst_vs_dp": max(tuned) / dp - 1}
         rows.append(row)
-        print(gname, {k: _fmt(v["value"]) for k, v in row.items() if isinstance(v, dict)}, flush=True)
-    return {"rows": rows}
+        print(gname, _fmt(dp), _fmt(row["learned"]["value"]), [_fmt(v) for v in tuned],
+              {k: f"{100 * v:+.1f}%" for k, v in row["summary"].items()}, flush=True)
+    return {"rows": rows, "summary": {r["graph"]: r["summary"] for r in rows}}
 
 
 def ablation(args) -> dict:
@@ -194,6 +208,8 @@ def main() -> None:
     parser.add_argument("--objective", default="step")
     parser.add_argument("--budget", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="fine-tuning temperature (default: conf/method/learned.yaml's)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     out = {"zeroshot": zeroshot, "finetune": finetune, "pipeline": pipeline, "ablation": ablation}[args.what](args)

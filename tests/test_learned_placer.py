@@ -105,6 +105,67 @@ def test_greedy_is_deterministic_and_masks_are_respected() -> None:
         assert value == again[0] and (placement == again[1]).all()
 
 
+@pytest.mark.parametrize("case", ["bert_l-3_training/file", "resnet18/cpu_mesh"])
+def test_pipeline_loads_match_the_objective(case: str) -> None:
+    """The decoder's exact pipeline loads, replayed over random placements, equal the objective's
+    compute + communication (per-node sends, one receive per device, none on the CPU)."""
+    from pacml.placer.decode import pipeline_plan
+    from pacml.placer.pipeline_loads import PipelineLoads
+    from pacml.placer.problem import GroupProblem
+
+    gname, dname = case.split("/")
+    graph = load_compute_graph(gname)
+    if dname == "file":
+        dev = DeviceSet.for_dnn_partitioning(graph.meta)
+    else:
+        dev = mesh(Device("cpu0", "cpu", 0.2, 1e12), *(Device(f"g{i}", "gpu", 1.0, 1e12) for i in range(3)),
+                   bandwidth_Bps=1e9)
+    obj = bind_objective("pipeline", graph, dev)
+    assert dev.is_cpu.any()
+    p = GroupProblem.from_objective(obj)
+    rng = np.random.default_rng(0)
+    b = 6
+    loads = PipelineLoads(pipeline_plan(p), b)
+    group_device = np.zeros((b, p.num_groups), np.int64)
+    for grp in p.order.tolist():
+        run = p.runnable[grp]
+        loads.deltas(grp, np.where(run, p.group_time_s[grp], 0.0))
+        # Rollouts 0-2 spread at random, 3-5 mostly stay on one device (shared receivers).
+        choice = rng.choice(np.flatnonzero(run), size=b)
+        choice[3:] = np.where(rng.random(3) < 0.9, np.flatnonzero(run)[-1], choice[3:])
+        loads.commit(grp, choice)
+        group_device[:, grp] = choice
+    for r in range(b):
+        compute, comm = obj.loads(group_device[r][graph.group])
+        assert comm.sum() > 0
+        np.testing.assert_allclose(loads.load[r], compute + comm, rtol=1e-9, atol=1e-15)
+
+
+def test_pipeline_prior_cuts_chains_only_where_transfers_are_cheap() -> None:
+    """Under ``pipeline`` the prior feature marks the device keeping the maximum load lowest (not
+    the earliest finish): a chain whose transfers cost more than its ops stays on one device; with
+    cheaper transfers it is cut into stages, which the earliest finish would never do."""
+    n = 6
+    dev = mesh(*(Device(f"g{i}", "gpu", 1.0, 1e12) for i in range(3)))
+    net = PlacerNet(NetConfig(hidden=8, layers=1, prior=50.0))
+    with torch.no_grad():
+        net.out.weight.zero_()
+        net.out.bias.zero_()
+
+    def chain(cost_s: float) -> Task:
+        g = ComputeGraph(name="chain", node_names=tuple(f"op{i}" for i in range(n)),
+                         kind_time_s={"gpu": np.ones(n)}, reference_kind="gpu", memory_bytes=np.ones(n),
+                         is_backward=np.zeros(n, bool), group=np.arange(n),
+                         edges=np.array([[i, i + 1] for i in range(n - 1)]), edge_bytes=np.full(n - 1, np.nan),
+                         edge_cost_s=np.full(n - 1, cost_s))
+        return Task.build("c", bind_objective("pipeline", g, dev), reference_s=1.0)
+
+    value, placement = greedy_value(net, chain(5.0))
+    assert len(set(placement.tolist())) == 1 and value == pytest.approx(n)
+    value, placement = greedy_value(net, chain(0.1))
+    assert len(set(placement.tolist())) == 3 and value < 0.5 * n
+
+
 def test_equal_devices_are_interchangeable(resnet_task: Task) -> None:
     """Renaming (reordering) the devices changes no value: the policy never sees device indices."""
     graph = resnet_task.objective.graph
@@ -164,6 +225,23 @@ def test_checkpoint_round_trip_and_bad_files(tmp_path: Path, resnet_task: Task) 
         LearnedPlacer(checkpoint=str(tmp_path / "missing")).place(resnet_task.objective)
     with pytest.raises(ConfigError, match="method.mode"):
         LearnedPlacer(mode="best")
+    for bad in (0, -1.0, float("inf"), True, "4"):
+        with pytest.raises(ConfigError, match="method.temperature"):
+            LearnedPlacer(temperature=bad)
+
+
+def test_temperature_divides_the_logits_and_keeps_the_greedy_placement(resnet_task: Task) -> None:
+    from pacml.placer.learned import _tempered
+
+    torch.manual_seed(1)
+    net = PlacerNet(NetConfig(hidden=16, layers=2))
+    hot = _tempered(net, 4.0)
+    p = resnet_task.problem
+    w, w_hot = net.scorer_weights(p), hot.scorer_weights(p)
+    x = np.random.default_rng(0).random((3, p.num_devices, w.w1.shape[0])).astype(np.float32)
+    np.testing.assert_allclose(w_hot.logits(5, x), w.logits(5, x) / 4.0, rtol=1e-5, atol=1e-6)
+    assert (greedy_value(hot, resnet_task)[1] == greedy_value(net, resnet_task)[1]).all()
+    assert float(net.prior) == pytest.approx(4.0 * float(hot.prior))  # the original is untouched
 
 
 def _trainer(out: Path, updates: int) -> PlacerTrainer:

@@ -8,6 +8,11 @@ device would then carry. These per-device features, the device's static features
 graph embedding are scored by the policy's MLP; the masked softmax over devices gives the choice.
 Nothing here names a device: equal devices in equal states get equal scores.
 
+Under the ``pipeline`` objective the load features are the objective's own
+(:mod:`pacml.placer.pipeline_loads`: per-node communication, none on a CPU, exact for the
+partial placement) and the prior indicator marks the device(s) keeping the maximum load lowest
+instead of the earliest finish, which that objective does not price.
+
 The MLP runs in numpy here (rollouts need no gradients; a torch call per decision would cost more
 than the decision), from weights exported by :meth:`pacml.placer.model.PlacerNet.scorer_weights`.
 :class:`Rollout` keeps every decision's features so the PPO update recomputes the same logits in
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from pacml.placer.pipeline_loads import PipelineLoads, PipelinePlan
 from pacml.placer.problem import NUM_DEVICE_FEATURES, GroupProblem
 
 #: Number of per-(decision, device) features (dynamic ones plus the device's static features).
@@ -72,6 +78,15 @@ class ScorerWeights:
         return z @ self.w3 + self.b3 + self.prior * x[:, :, EFT_FEATURE]
 
 
+def pipeline_plan(problem: GroupProblem) -> PipelinePlan:
+    """The problem's :class:`PipelinePlan` (built once, cached on the problem)."""
+    plan = getattr(problem, "_pipeline_plan", None)
+    if plan is None:
+        plan = PipelinePlan(problem.objective, problem.order)
+        problem._pipeline_plan = plan  # type: ignore[attr-defined]
+    return plan
+
+
 def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy: bool = False,
            rng: np.random.Generator | None = None, keep: bool = True) -> Rollout:
     """Place every group ``batch`` times (sampled, or greedily: the most likely device each time).
@@ -106,6 +121,7 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
     logps = np.zeros((n_groups, b), np.float32)
     x = np.empty((b, d, NUM_STEP_FEATURES), np.float32)
     x[:, :, NUM_DYNAMIC_FEATURES:] = static_dev
+    pipe = PipelineLoads(pipeline_plan(p), b) if p.objective.name == "pipeline" else None
     for k, grp in enumerate(p.order.tolist()):
         t = p.group_time_s[grp]
         run = p.runnable[grp]
@@ -170,6 +186,23 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
         else:
             x[:, :, 11] = 0.0
         mask = run[None, :] & fits
+        if pipe is not None:
+            # The pipeline objective's own loads (per-node communication, none on a CPU): the
+            # added communication, the device's load after, the rise of the maximum load, and
+            # (in place of the earliest finish, which this objective does not price) the
+            # device(s) keeping the maximum lowest.
+            delta = pipe.deltas(grp, t_fin)
+            after = pipe.load[:, None, :] + delta                             # (B, Dc, D)
+            new_max = after.max(axis=2)
+            cur_max = pipe.load.max(axis=1, keepdims=True)
+            diag = np.arange(d)
+            added_p = np.maximum(delta.sum(axis=2) - t_fin[None, :], 0.0)
+            best_max = np.where(mask, new_max, np.inf).min(axis=1, keepdims=True)
+            x[:, :, 3] = mask & (new_max <= best_max * (1 + 1e-12))
+            x[:, :, 4] = np.log1p(added_p / unit)
+            x[:, :, 5] = np.minimum(added_p / scale, 5.0)
+            x[:, :, 6] = np.minimum(after[:, diag, diag] / scale, 5.0)
+            x[:, :, 7] = np.minimum(np.maximum(new_max - cur_max, 0.0) / scale, 5.0)
         none = ~mask.any(axis=1)
         if none.any():  # nothing fits: any device able to run it (the objective will price it inf)
             mask[none] = run if run.any() else True
@@ -194,6 +227,8 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
         actions[k] = choice
         logps[k] = logp_all[rows, choice]
         # Commit.
+        if pipe is not None:
+            pipe.commit(grp, choice)
         dev_of[:, grp] = choice
         fin = eft[rows, choice]
         finish[:, grp] = fin

@@ -8,6 +8,10 @@ Modes:
   until ``max_evaluations`` placements have been priced; returns the best placement seen. The
   reward scale is the greedy placement's value (no baseline placer is consulted).
 
+``sample`` and ``finetune`` start from the policy at ``temperature`` (its logits divided by it; the
+greedy placement is unchanged): pre-training leaves the policy nearly deterministic on many graphs,
+so untempered samples repeat the greedy placement and fine-tuning has nothing to learn from.
+
 A graph with more groups than ``max_groups`` is first coarsened (HSDAG-style, through
 :class:`simulator.place.coarsen.CoarsenedPlacer`): groups are merged into at most ``max_groups``
 clusters, the policy places the clusters, and up to ``refine_evaluations`` single-group moves on
@@ -65,6 +69,7 @@ class LearnedPlacer:
         batch: Placements per fine-tuning update.
         learning_rate: Fine-tuning step size.
         epochs: Gradient steps per fine-tuning update.
+        temperature: Divides the policy's logits when sampling and fine-tuning start (>= 1 explores more).
         max_groups: Coarsen graphs with more groups than this.
         refine_evaluations: Evaluations of the refinement after coarsening.
         threads: Torch threads.
@@ -74,7 +79,7 @@ class LearnedPlacer:
 
     def __init__(self, checkpoint: str | None = None, mode: str = "greedy", samples: int = 64,
                  max_evaluations: int = 1000, batch: int = 16, learning_rate: float = 3e-4, epochs: int = 4,
-                 max_groups: int = 2000, refine_evaluations: int = 200, threads: int = 1) -> None:
+                 temperature: float = 4.0, max_groups: int = 2000, refine_evaluations: int = 200, threads: int = 1) -> None:
         if mode not in MODES:
             raise ConfigError(f"must be one of {', '.join(MODES)}, got {mode!r}", field="method.mode")
         if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint):
@@ -91,6 +96,9 @@ class LearnedPlacer:
         if isinstance(learning_rate, bool) or not isinstance(learning_rate, int | float) or not learning_rate > 0:
             raise ConfigError(f"must be a number > 0, got {learning_rate!r}", field="method.learning_rate")
         self.learning_rate = float(learning_rate)
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 < temperature < math.inf:
+            raise ConfigError(f"must be a finite number > 0, got {temperature!r}", field="method.temperature")
+        self.temperature = float(temperature)
 
     def network(self, objective_name: str) -> tuple[PlacerNet, dict[str, Any], str]:
         """The policy network (loaded once per process), its training facts and its file."""
@@ -141,6 +149,7 @@ class LearnedPlacer:
         if self.mode == "greedy":
             return best, curve
         rng = np.random.default_rng(seed)
+        net = _tempered(net, self.temperature)
         if self.mode == "sample":
             left = self.samples
             weights = net.scorer_weights(problem)
@@ -155,7 +164,6 @@ class LearnedPlacer:
             return best, curve
         # finetune: PPO on this task from the pre-trained weights.
         torch.manual_seed(seed)
-        net = copy.deepcopy(net)
         net.train()
         settings = PPOSettings(batch=self.batch, tasks_per_update=1, epochs=self.epochs,
                                learning_rate=self.learning_rate)
@@ -174,3 +182,13 @@ class LearnedPlacer:
             if n > 1:  # a last single sample is priced but teaches nothing (no baseline)
                 ppo_update(net, optimizer, [(task, rollout, advantages(task.rewards(values, -3.0)))], settings)
         return best, curve
+
+
+def _tempered(net: PlacerNet, temperature: float) -> PlacerNet:
+    """A copy of ``net`` whose logits are divided by ``temperature`` (output layer and prior scaled)."""
+    net = copy.deepcopy(net)
+    with torch.no_grad():
+        net.out.weight /= temperature
+        net.out.bias /= temperature
+        net.prior /= temperature
+    return net

@@ -6,7 +6,8 @@
   its consumers. A mean and max pool of the embeddings is the graph's context.
 * Scorer: an MLP on ``[embedding of the group, context, step features of the device]``, one
   logit per device, plus a learnable multiple (``prior``, initially 5) of the indicator of the
-  device with the earliest finish: untrained, the policy is a list scheduler; the softmax over
+  device with the earliest finish (under ``pipeline``: with the lowest maximum load after the
+  group is placed): untrained, the policy is a list scheduler; the softmax over
   allowed devices is the policy. The first layer splits into a
   per-group part (computed once per placement) and a per-device part (computed per decision).
 
@@ -51,7 +52,8 @@ class PlacerNet(nn.Module):
         self.step = nn.Linear(NUM_STEP_FEATURES, h, bias=False)
         self.hidden = nn.Linear(h, h)
         self.out = nn.Linear(h, 1)
-        # A learnable multiple of the "earliest finish" indicator (step feature 3): an untrained
+        # A learnable multiple of the prior indicator (step feature 3: the earliest finish; under the
+        # pipeline objective, the device keeping the maximum load lowest): an untrained
         # policy is a list scheduler (HEFT's device rule); training learns where to depart from it.
         self.prior = nn.Parameter(torch.tensor(float(config.prior)))
 

@@ -153,7 +153,7 @@ class GroupProblem:
         # Sibling edges of each group: edges into its consumers from other groups (2 hops), so a
         # group can follow the other inputs of the ops it feeds.
         sib_edge, sib_owner = [], []
-        by_dst = _bucket(e_dst, np.arange(len(e_dst)), n_groups)
+        by_dst = bucket(e_dst, np.arange(len(e_dst)), n_groups)
         for e in range(len(e_src)):
             others = by_dst[e_dst[e]]
             others = others[e_src[others] != e_src[e]]
@@ -161,9 +161,9 @@ class GroupProblem:
             sib_owner.append(np.full(len(others), e_src[e], dtype=np.int64))
         sib_edge_arr = np.concatenate(sib_edge) if sib_edge else np.zeros(0, np.int64)
         sib_owner_arr = np.concatenate(sib_owner) if sib_owner else np.zeros(0, np.int64)
-        siblings = _bucket(sib_owner_arr, sib_edge_arr, n_groups)
-        in_edges = _bucket(e_dst[earlier_src], np.flatnonzero(earlier_src), n_groups)
-        out_edges = _bucket(e_src[~earlier_src], np.flatnonzero(~earlier_src), n_groups)
+        siblings = bucket(sib_owner_arr, sib_edge_arr, n_groups)
+        in_edges = bucket(e_dst[earlier_src], np.flatnonzero(earlier_src), n_groups)
+        out_edges = bucket(e_src[~earlier_src], np.flatnonzero(~earlier_src), n_groups)
 
         finite_time = np.where(runnable, group_time, np.nan)
         mean_time = np.nanmean(finite_time, axis=1) if d else np.zeros(n_groups)
@@ -290,7 +290,7 @@ def _forward_rank(objective: BoundObjective, topo: NDArray[np.int64], group: NDA
     return np.where(np.isfinite(out), out, -1.0 - first)
 
 
-def _bucket(keys: NDArray[np.int64], values: NDArray[np.int64], n: int) -> tuple[NDArray[np.int64], ...]:
+def bucket(keys: NDArray[np.int64], values: NDArray[np.int64], n: int) -> tuple[NDArray[np.int64], ...]:
     """``values`` split by ``keys`` into ``n`` arrays."""
     order = np.argsort(keys, kind="stable")
     bounds = np.searchsorted(keys[order], np.arange(n + 1))
