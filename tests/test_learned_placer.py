@@ -241,7 +241,7 @@ def test_temperature_divides_the_logits_and_keeps_the_greedy_placement(resnet_ta
     x = np.random.default_rng(0).random((3, p.num_devices, w.w1.shape[0])).astype(np.float32)
     np.testing.assert_allclose(w_hot.logits(5, x), w.logits(5, x) / 4.0, rtol=1e-5, atol=1e-6)
     assert (greedy_value(hot, resnet_task)[1] == greedy_value(net, resnet_task)[1]).all()
-    assert float(net.prior) == pytest.approx(4.0 * float(hot.prior))  # the original is untouched
+    assert net.prior.item() == pytest.approx(4.0 * hot.prior.item())  # the original is untouched
 
 
 def _trainer(out: Path, updates: int) -> PlacerTrainer:
