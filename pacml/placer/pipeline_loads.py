@@ -95,18 +95,21 @@ class PipelinePlan:
                   ) -> NDArray[np.float64]:
         """``(B, K, D)`` transfer time of each of ``K`` outputs from device ``a`` ``(B, K)`` to every
         device (0 on ``a`` itself and for an empty output without a fixed cost)."""
-        t = self.latency_s[a] + size[None, :, None] * self.inv_bandwidth[a]
-        t = np.where(size[None, :, None] > 0, t, 0.0)
-        t = np.where(np.isnan(fixed)[None, :, None], t, np.nan_to_num(fixed)[None, :, None])
-        return np.where(a[:, :, None] == np.arange(self.num_devices), 0.0, t)
+        return self._cost(a, fixed, size, self.latency_s, self.inv_bandwidth)
 
     def cost_to(self, e: NDArray[np.int64], fixed: NDArray[np.float64], size: NDArray[np.float64]
                 ) -> NDArray[np.float64]:
         """``(B, J, D)`` transfer time of each of ``J`` outputs from every device to device ``e`` ``(B, J)``."""
-        t = self.latency_s.T[e] + size[None, :, None] * self.inv_bandwidth.T[e]
+        return self._cost(e, fixed, size, self.latency_s.T, self.inv_bandwidth.T)
+
+    def _cost(self, end: NDArray[np.int64], fixed: NDArray[np.float64], size: NDArray[np.float64],
+              latency_s: NDArray[np.float64], inv_bandwidth: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Transfer times between the devices ``end`` and every device, with link rows ``latency_s``
+        and ``inv_bandwidth`` (transposed for transfers into ``end``)."""
+        t = latency_s[end] + size[None, :, None] * inv_bandwidth[end]
         t = np.where(size[None, :, None] > 0, t, 0.0)
         t = np.where(np.isnan(fixed)[None, :, None], t, np.nan_to_num(fixed)[None, :, None])
-        return np.where(e[:, :, None] == np.arange(self.num_devices), 0.0, t)
+        return np.where(end[:, :, None] == np.arange(self.num_devices), 0.0, t)
 
 
 class PipelineLoads:
