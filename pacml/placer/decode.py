@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pacml.placer.pipeline_loads import PipelineLoads, PipelinePlan
+from pacml.placer.slots import earliest_starts, insert
 from pacml.placer.problem import NUM_DEVICE_FEATURES, GroupProblem
 
 #: Number of per-(decision, device) features (dynamic ones plus the device's static features).
@@ -70,6 +71,8 @@ class ScorerWeights:
     w3: NDArray[np.float32]
     b3: float
     prior: float = 0.0
+    insertion: bool = False
+    """Earliest finish with insertion into idle gaps (HEFT's policy) instead of after the device's last group."""
 
     def logits(self, group: int, x: NDArray[np.float32]) -> NDArray[np.float32]:
         """``(B, D)`` logits of placing ``group`` given step features ``x`` ``(B, D, F)``."""
@@ -122,6 +125,10 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
     x = np.empty((b, d, NUM_STEP_FEATURES), np.float32)
     x[:, :, NUM_DYNAMIC_FEATURES:] = static_dev
     pipe = PipelineLoads(pipeline_plan(p), b) if p.objective.name == "pipeline" else None
+    if weights.insertion:
+        busy_start = np.zeros((b, d, n_groups))
+        busy_end = np.zeros((b, d, n_groups))
+        busy_n = np.zeros((b, d), dtype=np.int64)
     for k, grp in enumerate(p.order.tolist()):
         t = p.group_time_s[grp]
         run = p.runnable[grp]
@@ -151,8 +158,12 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
             c_out_sum = c_out.sum(axis=1)
         else:
             c_out_sum = np.zeros((b, d))
-        start = np.maximum(avail, ready)
-        eft = start + np.where(run, p.first_pass_s[grp], 0.0)
+        dur = np.where(run, p.first_pass_s[grp], 0.0)
+        if weights.insertion:
+            start = earliest_starts(busy_start, busy_end, busy_n, ready, dur)
+        else:
+            start = np.maximum(avail, ready)
+        eft = start + dur
         # Outputs to consumers placed earlier (colour classes, coarsened clusters) delay them:
         # the candidate's cost counts them on top of its own finish time.
         cost = eft + c_out_sum
@@ -232,7 +243,9 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
         dev_of[:, grp] = choice
         fin = eft[rows, choice]
         finish[:, grp] = fin
-        avail[rows, choice] = fin
+        if weights.insertion:
+            insert(busy_start, busy_end, busy_n, choice, start[rows, choice], fin)
+        avail[rows, choice] = np.maximum(avail[rows, choice], fin)
         compute[rows, choice] += t_fin[choice]
         mem[rows, choice] += p.group_memory_bytes[grp]
         count[rows, choice] += 1

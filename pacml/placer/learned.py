@@ -146,8 +146,8 @@ class LearnedPlacer:
         problem = task.problem
         best_value, best = greedy_value(net, task)
         curve = [(1, best_value)]
-        if self.mode == "greedy":
-            return best, curve
+        if self.mode == "greedy" or (problem.runnable.sum(axis=1) <= 1).all():
+            return best, curve  # (every group has one device at most: nothing to search)
         rng = np.random.default_rng(seed)
         net = _tempered(net, self.temperature)
         if self.mode == "sample":

@@ -35,6 +35,9 @@ class NetConfig:
     layers: int = 3
     use_edges: bool = True
     prior: float = 5.0
+    #: Earliest finish with insertion into idle gaps (HEFT's policy); False: after the device's last
+    #: group (placers trained before 2026-12-05).
+    insertion: bool = False
 
 
 class PlacerNet(nn.Module):
@@ -90,7 +93,8 @@ class PlacerNet(nn.Module):
             return ScorerWeights(
                 static=static.astype(np.float32), w1=self.step.weight.T.numpy().copy(),
                 w2=self.hidden.weight.T.numpy().copy(), b2=self.hidden.bias.numpy().copy(),
-                w3=self.out.weight[0].numpy().copy(), b3=float(self.out.bias[0]), prior=float(self.prior))
+                w3=self.out.weight[0].numpy().copy(), b3=float(self.out.bias[0]), prior=float(self.prior),
+                insertion=bool(self.config.insertion))
 
     def config_dict(self) -> dict:
         """The constructor's config as a plain dict (for checkpoints)."""
