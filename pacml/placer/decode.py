@@ -27,8 +27,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pacml.placer.pipeline_loads import PipelineLoads, PipelinePlan
-from pacml.placer.slots import earliest_starts, insert
 from pacml.placer.problem import NUM_DEVICE_FEATURES, GroupProblem
+from pacml.placer.slots import earliest_starts, insert
 
 #: Number of per-(decision, device) features (dynamic ones plus the device's static features).
 NUM_DYNAMIC_FEATURES = 12
