@@ -292,11 +292,14 @@ class AdaptivePolicy:
         shadow_warmup: Jobs decided before the shadows may overrule the selector.
         shadow_margin: Fewest blocked jobs by which a shadow must lead to be followed.
         shadow_z: Standard deviations by which it must lead (paired test).
+        shadow_max_servers: Clusters with more servers run the selector alone (``None``: no limit).
+            A shadow measures a rule from an empty cluster; on a big cluster the state the real
+            cluster has reached after the warm-up (fragmentation) decides, and that misleads.
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
-                 shadow_z: float = 1.0) -> None:
+                 shadow_z: float = 1.0, shadow_max_servers: int | None = None) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -314,6 +317,11 @@ class AdaptivePolicy:
         if not (isinstance(shadow_z, int | float) and not isinstance(shadow_z, bool)
                 and math.isfinite(shadow_z) and shadow_z >= 0):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
+        if shadow_max_servers is not None and (not isinstance(shadow_max_servers, int)
+                                               or isinstance(shadow_max_servers, bool) or shadow_max_servers < 1):
+            raise ConfigError(f"must be an integer >= 1 or null, got {shadow_max_servers!r}",
+                              field="policy.shadow_max_servers")
+        self.shadow_max_servers = shadow_max_servers
         self.weights = weights
         self.shadow_rules = shadow_rules
         self.shadow_warmup = shadow_warmup
@@ -364,7 +372,8 @@ class AdaptivePolicy:
         """The degree the followed rule gives the job (0 rejects)."""
         rules, scores = self._scores(job, state)
         rule = rules[int(np.argmax(scores))]
-        if self.shadow_rules:
+        if self.shadow_rules and (self.shadow_max_servers is None
+                                  or state.topology.num_servers <= self.shadow_max_servers):
             if not self.shadows:
                 order = np.argsort(-scores, kind="stable")[:self.shadow_rules]
                 self.shadows = [ShadowCluster(rules[int(i)], state) for i in sorted(order)]

@@ -194,11 +194,15 @@ def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None
     two = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2)
     _run(two, cfg)
     assert len(two.shadows) == 2 and two.shadows[0].rule.label == "para_max(16)"
+    # A cluster bigger than shadow_max_servers: the selector alone, decision for decision.
+    gated = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8,
+                           shadow_max_servers=topo.num_servers - 1)
+    assert _run(gated, cfg) == (para_max, para_max_degrees) and not gated.shadows
 
 
 def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
-                     ("shadow_z", float("nan"))):
+                     ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True)):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
 
