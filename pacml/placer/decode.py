@@ -245,7 +245,8 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
         finish[:, grp] = fin
         if weights.insertion:
             insert(busy_start, busy_end, busy_n, choice, start[rows, choice], fin)
-        avail[rows, choice] = np.maximum(avail[rows, choice], fin)
+        else:
+            avail[rows, choice] = fin
         compute[rows, choice] += t_fin[choice]
         mem[rows, choice] += p.group_memory_bytes[grp]
         count[rows, choice] += 1
