@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from pacml.env import compose_sim_config
@@ -113,9 +114,10 @@ def test_planner_is_deterministic_and_only_picks_feasible_actions(paper_short, f
 def test_min_feasible_degree_matches_the_heuristic(paper_short) -> None:
     cfg, feas, workload = paper_short
     for job in itertools.islice(workload.jobs(0), 10):
-        for occupied in (0, 0xFFFF, 0xF0F0F0F0, (1 << 32) - 1):
+        masks = [0, 0xFFFF, 0xF0F0F0F0, (1 << 32) - 1, *np.random.default_rng(job.job_id).integers(0, 1 << 32, 4)]
+        for occupied in map(int, masks):
             table = feas.table(job, occupied)
-            for k in (1, 4, 16):
+            for k in (1, 2, 4, 6, 8, 16):
                 state = ClusterState(0.0, feas.topology, occupied, 0, table)
                 ok = [d for d in table.degrees if table.feasible(d)]
                 expected = min([d for d in ok if d >= k], default=max(ok, default=0))

@@ -142,17 +142,24 @@ class Sequential(FixedDegree):
 
 def min_feasible_degree(table: FeasibilityTable, min_degree: int) -> int:
     """The ``MinFeasible(min_degree)`` rule: the smallest feasible degree >= ``min_degree``,
-    else the largest feasible one below it, else 0."""
-    below = 0
+    else the largest feasible one below it, else 0.
+
+    Degrees are tested upward from ``min_degree``, then downward below it, stopping at the first
+    feasible one: the same answer as testing every degree, without the lookaheads and placements
+    of the degrees below ``min_degree`` when one above it fits (on 512 servers these tests were
+    most of a decision's cost).
+    """
     limit = table.max_placeable_degree
-    for d in table.degrees:
+    degrees = table.degrees
+    for d in degrees:
         if d > limit:  # degrees ascend: none of the rest can be placed (exact; saves ~300 tests a job
             break      # on a full 65,536-server cluster)
-        if table.feasible(d):
-            if d >= min_degree:
-                return d
-            below = d
-    return below
+        if d >= min_degree and table.feasible(d):
+            return d
+    for d in reversed(degrees):
+        if d < min_degree and d <= limit and table.feasible(d):
+            return d
+    return 0
 
 
 class MinFeasible:
