@@ -268,11 +268,11 @@ def _synthetic_results(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_fit_learns_which_rule_a_condition_needs(tmp_path, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "batch_rows"), [(0, 20000), (1, 20000), (2, 20000), (0, 60), (1, 60)])
+def test_fit_learns_which_rule_a_condition_needs(tmp_path, seed: int, batch_rows: int) -> None:
     rng = np.random.default_rng(seed)
-    train_set, val_set = _synthetic_results(40, rng), _synthetic_results(20, rng)
-    cfg = AdaptiveTrainConfig(seed=seed, epochs=150, hidden=16)
+    train_set, val_set = _synthetic_results(40, rng), _synthetic_results(20, rng)  # 240 training rows
+    cfg = AdaptiveTrainConfig(seed=seed, epochs=150, hidden=16, batch_rows=batch_rows)
     weights, stats = fit(cfg, train_set, val_set, tmp_path, deadline=float("inf"))
     # The best single rule ("b") has regret 0.1 on every condition; the fit must find the switch.
     assert baseline_regrets(val_set)["b"] == pytest.approx(0.1)
