@@ -474,19 +474,13 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
     Returns the rules' labels and features, their blocking rates ``(rules, seeds)`` and condition
     features sampled along the episodes (the same for every rule: they depend only on arrivals).
     """
-    from pacml.env import compose_sim_config
-    from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
     from simulator.policies.lookahead import RolloutCluster
 
-    cfg = compose_sim_config([*overrides, "progress=false"])
-    topology = build_topology(cfg)
-    feas = build_feasibility(topology, cfg.get("sim", {}))
-    workload = build_workload(cfg)
-    rules = rule_candidates(topology)
+    new_sim, topology, rules = _teacher_setup(overrides)
     blocking = np.zeros((len(rules), len(seeds)))
     conds: list[NDArray[np.float32]] = []
     for j, seed in enumerate(seeds):
-        sim = build_simulation(cfg, seed=int(seed), feasibility=feas, workload=workload)
+        sim = new_sim(int(seed))
         tracker = ConditionTracker()
         copies: list[RolloutCluster] = []
         blocked = np.zeros(len(rules), dtype=np.int64)
@@ -514,20 +508,13 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
 
 def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24) -> dict[str, Any]:
     """:func:`teacher_search` by one full simulation per rule and seed (the reference; slower)."""
-    from pacml.env import compose_sim_config
-    from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
-
-    cfg = compose_sim_config([*overrides, "progress=false"])
-    topology = build_topology(cfg)
-    feas = build_feasibility(topology, cfg.get("sim", {}))
-    workload = build_workload(cfg)
-    rules = rule_candidates(topology)
+    new_sim, topology, rules = _teacher_setup(overrides)
     blocking = np.zeros((len(rules), len(seeds)))
     conds: list[NDArray[np.float32]] = []
     for j, seed in enumerate(seeds):
         for i, rule in enumerate(rules):
             tracker = ConditionTracker() if i == 0 else None
-            sim = build_simulation(cfg, seed=int(seed), feasibility=feas, workload=workload)
+            sim = new_sim(int(seed))
             while (job := sim.next_job()) is not None:
                 state = sim.state()
                 if tracker is not None:
@@ -536,6 +523,20 @@ def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_
                 sim.apply(Decision(rule.degree(state)))
             blocking[i, j] = sim.finalize().summary["blocking_rate"]
     return _teacher_result(overrides, seeds, rules, topology, blocking, conds, samples_per_episode)
+
+
+def _teacher_setup(overrides: Sequence[str]) -> tuple[Any, RampTopology, list[Rule]]:
+    """A condition's simulation factory (``seed -> Simulation``, sharing one feasibility engine and
+    workload), its topology and its rules."""
+    from pacml.env import compose_sim_config
+    from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
+
+    cfg = compose_sim_config([*overrides, "progress=false"])
+    topology = build_topology(cfg)
+    feas = build_feasibility(topology, cfg.get("sim", {}))
+    workload = build_workload(cfg)
+    return (lambda seed: build_simulation(cfg, seed=seed, feasibility=feas, workload=workload),
+            topology, rule_candidates(topology))
 
 
 def _teacher_result(overrides: Sequence[str], seeds: Sequence[int], rules: list[Rule], topology: RampTopology,
