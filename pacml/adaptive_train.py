@@ -40,7 +40,7 @@ PROG = "pacml-train-adaptive"
 class AdaptiveTrainConfig:
     """Knobs of ``pacml-train-adaptive`` (``conf/train_adaptive.yaml``)."""
 
-    num_conditions: int = 400
+    num_conditions: int = 3000
     seeds_per_condition: int = 2
     jobs_per_episode: int = 500
     workers: int = 2

@@ -209,7 +209,7 @@ def test_shadow_options_are_checked() -> None:
 
 
 def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_old_draws() -> None:
-    # The shipped paper_adaptive was trained before core_frac existed: its conditions must still
+    # Runs trained before core_frac existed (the first paper_adaptive) drew their conditions so: they must still
     # be drawn exactly (this one was printed by that version of sample_condition).
     assert sample_condition(np.random.default_rng([0, 3])) == [
         "scenario=paper", "beta=B", "cluster.num_comm_groups=8", "cluster.num_racks_per_group=8",
