@@ -296,11 +296,16 @@ class AdaptivePolicy:
         shadow_max_servers: Clusters with more servers run the selector alone (``None``: no limit).
             A shadow measures a rule from an empty cluster; on a big cluster the state the real
             cluster has reached after the warm-up (fragmentation) decides, and that misleads.
+        selector_memory: Jobs over which the selector's scores are averaged before its pick (1:
+            each job's own scores). The condition features come from the last 64 arrivals, and
+            near a boundary between rules their noise alone flips the pick from job to job; the
+            average is the running mean over the first ``selector_memory`` jobs, then an
+            exponential average with that time constant.
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
-                 shadow_z: float = 1.0, shadow_max_servers: int | None = None) -> None:
+                 shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -312,7 +317,7 @@ class AdaptivePolicy:
         else:
             self.meta = {}
         for name, value, low in (("shadow_rules", shadow_rules, 0), ("shadow_warmup", shadow_warmup, 0),
-                                 ("shadow_margin", shadow_margin, 0)):
+                                 ("shadow_margin", shadow_margin, 0), ("selector_memory", selector_memory, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"policy.{name}")
         if not (isinstance(shadow_z, int | float) and not isinstance(shadow_z, bool)
@@ -328,7 +333,11 @@ class AdaptivePolicy:
         self.shadow_warmup = shadow_warmup
         self.shadow_margin = shadow_margin
         self.shadow_z = float(shadow_z)
-        self.tracker = ConditionTracker()
+        self.selector_memory = selector_memory
+        self._mean_scores: NDArray[np.float64] | None = None
+        self._scored = 0
+        # The window the selector was trained with (checkpoints before the option: 64).
+        self.tracker = ConditionTracker(int(self.meta.get("train_config", {}).get("window", WINDOW)))
         self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
         #: Rule used for each decision of the current episode (labels), for analysis.
         self.chosen: list[str] = []
@@ -341,6 +350,8 @@ class AdaptivePolicy:
     def reset(self, seed: int | None = None) -> None:
         """A new episode: forget the arrivals seen and the shadows."""
         self.tracker.reset()
+        self._mean_scores = None
+        self._scored = 0
         self.chosen = []
         self.shadows = []
         self._following = None
@@ -357,7 +368,15 @@ class AdaptivePolicy:
     def _scores(self, job: JobSpec, state: ClusterState) -> tuple[list[Rule], NDArray[np.float64]]:
         self.tracker.observe(job)
         rules, feats = self._rule_table(state.topology)
-        return rules, self.weights.scores(self.tracker.features(state.topology), feats)
+        scores = self.weights.scores(self.tracker.features(state.topology), feats)
+        if self.selector_memory == 1:
+            return rules, scores
+        self._scored += 1
+        if self._mean_scores is None or self._mean_scores.shape != scores.shape:
+            self._mean_scores, self._scored = scores.copy(), 1
+        else:
+            self._mean_scores += (scores - self._mean_scores) / min(self._scored, self.selector_memory)
+        return rules, self._mean_scores
 
     def select(self, job: JobSpec, state: ClusterState) -> Rule:
         """Observe the job and return the rule the selector picks for the condition."""
@@ -461,7 +480,8 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
     return over
 
 
-def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24) -> dict[str, Any]:
+def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
+                   window: int = WINDOW) -> dict[str, Any]:
     """Every rule of :func:`rule_candidates` on ``seeds`` of one condition.
 
     One simulation per seed, decided by the first rule; every rule (the first one too) runs on a
@@ -472,7 +492,8 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
     Both give the same numbers (``tests/test_adaptive.py``); this one costs about a quarter.
 
     Returns the rules' labels and features, their blocking rates ``(rules, seeds)`` and condition
-    features sampled along the episodes (the same for every rule: they depend only on arrivals).
+    features sampled along the episodes (the same for every rule: they depend only on arrivals),
+    estimated from the last ``window`` arrivals.
     """
     from simulator.policies.lookahead import RolloutCluster
 
@@ -481,7 +502,7 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
     conds: list[NDArray[np.float32]] = []
     for j, seed in enumerate(seeds):
         sim = new_sim(int(seed))
-        tracker = ConditionTracker()
+        tracker = ConditionTracker(window)
         copies: list[RolloutCluster] = []
         blocked = np.zeros(len(rules), dtype=np.int64)
         while (job := sim.next_job()) is not None:
@@ -501,19 +522,20 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
             log.warning("teacher search: the rollout copy of %s blocked %d jobs, its simulation %d (%s, seed %d);"
                         " simulating every rule", rules[0].label, blocked[0], summary["num_jobs_blocked"],
                         " ".join(overrides), seed)
-            return teacher_search_full(overrides, seeds, samples_per_episode)
+            return teacher_search_full(overrides, seeds, samples_per_episode, window)
         blocking[:, j] = blocked / summary["num_jobs_arrived"]
     return _teacher_result(overrides, seeds, rules, topology, blocking, conds, samples_per_episode)
 
 
-def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24) -> dict[str, Any]:
+def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
+                        window: int = WINDOW) -> dict[str, Any]:
     """:func:`teacher_search` by one full simulation per rule and seed (the reference; slower)."""
     new_sim, topology, rules = _teacher_setup(overrides)
     blocking = np.zeros((len(rules), len(seeds)))
     conds: list[NDArray[np.float32]] = []
     for j, seed in enumerate(seeds):
         for i, rule in enumerate(rules):
-            tracker = ConditionTracker() if i == 0 else None
+            tracker = ConditionTracker(window) if i == 0 else None
             sim = new_sim(int(seed))
             while (job := sim.next_job()) is not None:
                 state = sim.state()

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pacml.adaptive import SelectorWeights, sample_condition, save_adaptive, teacher_search
+from pacml.adaptive import WINDOW, SelectorWeights, sample_condition, save_adaptive, teacher_search
 from pacml.env import TRAIN_SEED_LOW
 from workloads.io import atomic_write, atomic_write_text
 
@@ -56,6 +56,7 @@ class AdaptiveTrainConfig:
     batch_rows: int = 20000
     core_frac: float = 0.0
     scenario: str = "paper"
+    window: int = WINDOW
 
 
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
@@ -70,11 +71,12 @@ def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
     return [base + s for s in range(cfg.seeds_per_condition)]
 
 
-def _search_worker(args: tuple[list[str], list[int], str]) -> tuple[str, float]:
-    overrides, seeds, path = args
+def _search_worker(args: tuple[list[str], list[int], str, int]) -> tuple[str, float]:
+    overrides, seeds, path, window = args
     start = time.perf_counter()
-    res = teacher_search(overrides, seeds)
-    meta = json.dumps({"overrides": res["overrides"], "seeds": res["seeds"], "rules": res["rules"]})
+    res = teacher_search(overrides, seeds, window=window)
+    meta = json.dumps({"overrides": res["overrides"], "seeds": res["seeds"], "rules": res["rules"],
+                       "window": window})
 
     def write(fh: Any) -> None:
         np.savez(fh, blocking=res["blocking"], rule_features=res["rule_features"], conditions=res["conditions"],
@@ -98,7 +100,7 @@ def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: b
     ``on_done()`` is called after each condition is written."""
     folder = out_dir / "conditions"
     folder.mkdir(parents=True, exist_ok=True)
-    todo = [(condition_overrides(cfg, i), condition_seeds(cfg, i), str(folder / f"{i:04d}.npz"))
+    todo = [(condition_overrides(cfg, i), condition_seeds(cfg, i), str(folder / f"{i:04d}.npz"), cfg.window)
             for i in range(cfg.num_conditions) if not (folder / f"{i:04d}.npz").is_file()]
     done = cfg.num_conditions - len(todo)
     log.info("teacher search: %d of %d conditions done, %d to go (%d workers)", done, cfg.num_conditions,
@@ -309,7 +311,7 @@ def command() -> Any:
               "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
               "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
               "torch_threads": count, "batch_rows": count, "core_frac": Rule(float, low=0.0, high=1.0),
-              "scenario": Rule(Literal["paper", "physical"])}
+              "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2)}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
 

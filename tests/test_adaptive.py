@@ -109,6 +109,40 @@ def test_selector_picks_its_rule_and_then_behaves_exactly_like_it() -> None:
         assert set(policy.chosen) == {label}
 
 
+class _Noisy:
+    """Stand-in selector weights whose scores are random per call (a noisy condition estimate)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.calls: list[np.ndarray] = []
+
+    def scores(self, cond, rules):
+        self.calls.append(self.rng.normal(size=len(rules)) + np.arange(len(rules)) * 1.0)
+        return self.calls[-1]
+
+
+@pytest.mark.parametrize("memory", [1, 4, 50])
+def test_selector_memory_picks_the_argmax_of_the_averaged_scores(memory: int) -> None:
+    cfg = compose_sim_config(SHORT)
+    weights = _Noisy(0)
+    policy = AdaptivePolicy(weights=weights, selector_memory=memory)
+    sim = build_simulation(cfg, seed=5)
+    policy.reset(5)
+    while (job := sim.next_job()) is not None:
+        sim.apply(policy.decide(job, sim.state()))
+    rules = [r.label for r in rule_candidates(build_topology(cfg))]
+    mean = None
+    for n, raw in enumerate(weights.calls, start=1):  # the reference: running mean, then an EMA
+        mean = raw.copy() if mean is None else mean + (raw - mean) / min(n, memory)
+        assert policy.chosen[n - 1] == rules[int(np.argmax(mean))]
+    assert len(weights.calls) == len(policy.chosen) > 40
+    switches = sum(a != b for a, b in zip(policy.chosen, policy.chosen[1:], strict=False))
+    if memory == 1:
+        assert switches > 10  # the noise flips the raw pick often
+    if memory == 50:
+        assert switches < 5  # the average keeps it
+
+
 def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
     rng = np.random.default_rng(0)
     width = CONDITION_FEATURES + RULE_FEATURES
@@ -203,7 +237,8 @@ def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None
 
 def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
-                     ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True)):
+                     ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
+                     ("selector_memory", 0), ("selector_memory", 2.5)):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
 
@@ -239,6 +274,19 @@ def test_teacher_search_matches_the_heuristic_runs() -> None:
         while (job := sim.next_job()) is not None:
             sim.apply(pol.decide(job, sim.state()))
         assert res["blocking"][i, j] == sim.finalize().summary["blocking_rate"]
+
+
+def test_window_changes_the_features_not_the_blocking_and_travels_with_the_checkpoint(tmp_path) -> None:
+    over = [*SHORT, "horizon_s=30000"]
+    short, long = (teacher_search(over, [7], samples_per_episode=10, window=w) for w in (4, 64))
+    assert np.array_equal(short["blocking"], long["blocking"])
+    assert not np.allclose(short["conditions"], long["conditions"])  # same samples, other estimates
+    weights = SelectorWeights([(np.zeros((2, CONDITION_FEATURES + RULE_FEATURES)), np.zeros(2)),
+                               (np.zeros((1, 2)), np.zeros(1))])
+    save_adaptive(tmp_path / "adaptive.npz", weights, {"train_config": {"window": 4}})
+    assert AdaptivePolicy(tmp_path / "adaptive.npz").tracker.window == 4
+    save_adaptive(tmp_path / "adaptive.npz", weights, {"train_config": {}})  # trained before the option
+    assert AdaptivePolicy(tmp_path / "adaptive.npz").tracker.window == 64
 
 
 @pytest.mark.parametrize("over", [

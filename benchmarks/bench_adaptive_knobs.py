@@ -1,0 +1,111 @@
+"""Tune the adaptive agent's inference knobs on validation seeds, never the grid's.
+
+Runs ``pacml.adaptive.AdaptivePolicy`` variants (JSON objects of its keyword arguments) on
+conditions of the grid (``pacml/conditions.py``) with validation seeds 500100-500104, and the
+oracle rule on the same seeds (every rule's blocking, from one
+:func:`pacml.adaptive.teacher_search` per condition). Prints each variant's mean blocking minus
+the oracle's per condition, and the average over the conditions.
+
+Usage:
+    python benchmarks/bench_adaptive_knobs.py [--conditions a,b] [--workers 2] [--json FILE] VARIANT_JSON...
+    e.g. '{"shadow_rules":0}' '{"shadow_rules":0,"selector_memory":256}' '{}'
+
+A variant starts from the shipped agent's settings (``conf/policy/pacml_adaptive.yaml``), so
+``'{}'`` is the agent ``policy=pacml_adaptive`` runs, and ``'{"shadow_rules":0}'`` its selector alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pacml.adaptive import AdaptivePolicy, teacher_search  # noqa: E402
+from pacml.conditions import GRID, get_condition  # noqa: E402
+from pacml.env import compose_sim_config  # noqa: E402
+from simulator.build import build_simulation  # noqa: E402
+
+SEEDS = tuple(range(500100, 500105))
+DEFAULTS = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(ROOT / "conf/policy/pacml_adaptive.yaml")).items()
+            if k != "_target_"}
+
+
+def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
+    name, variant, seed = args
+    cond = get_condition(name)
+    cfg = compose_sim_config([*cond.overrides, "progress=false"])
+    policy = AdaptivePolicy(**{**DEFAULTS, **json.loads(variant)})
+    sim = build_simulation(cfg, seed=seed)
+    policy.reset(seed)
+    while (job := sim.next_job()) is not None:
+        sim.apply(policy.decide(job, sim.state()))
+    return name, variant, seed, float(sim.finalize().summary["blocking_rate"])
+
+
+def _oracle(name: str) -> tuple[str, dict[str, Any]]:
+    res = teacher_search(get_condition(name).overrides, SEEDS)
+    mean = res["blocking"].mean(axis=1)
+    best = int(np.argmin(mean))
+    return name, {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist()}
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"bench_adaptive_knobs: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main() -> None:
+    """Run the variants and print the table."""
+    logging.basicConfig(level=logging.WARNING)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+", help="JSON objects of AdaptivePolicy keyword arguments")
+    ap.add_argument("--conditions", default=",".join(c.name for c in GRID))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    a = ap.parse_args()
+    names = [n for n in a.conditions.split(",") if n]
+    for v in a.variants:
+        try:
+            knobs = json.loads(v)
+        except json.JSONDecodeError as exc:
+            _fail(f"variant {v!r}: not JSON ({exc})")
+        if not isinstance(knobs, dict) or set(knobs) - set(DEFAULTS):
+            _fail(f"variant {v!r}: a JSON object with keys among {sorted(DEFAULTS)}")
+    unknown = [n for n in names if n not in {c.name for c in GRID}]
+    if unknown:
+        _fail(f"--conditions: unknown condition {unknown[0]!r}")
+    tasks = [(n, v, s) for n in names for v in a.variants for s in SEEDS]
+    with get_context("spawn").Pool(a.workers) as pool:
+        oracle = dict(pool.map(_oracle, names))
+        runs = pool.map(_agent, tasks, chunksize=1)
+    got: dict[tuple[str, str], dict[int, float]] = {}
+    for n, v, s, b in runs:
+        got.setdefault((n, v), {})[s] = b
+    table: dict[str, dict[str, float]] = {}
+    print(f"{'condition':16s} {'oracle':>20s} " + " ".join(f"{i:>9d}" for i in range(len(a.variants))))
+    for n in names:
+        o = np.asarray(oracle[n]["per_seed"])
+        diffs = {v: float(np.mean([got[(n, v)][s] for s in SEEDS]) - o.mean()) for v in a.variants}
+        table[n] = diffs
+        print(f"{n:16s} {oracle[n]['rule']:>14s} {o.mean():.4f} " + " ".join(f"{diffs[v]:+9.4f}" for v in a.variants))
+    avg = {v: float(np.mean([table[n][v] for n in names])) for v in a.variants}
+    print(f"{'average':16s} {'':>20s} " + " ".join(f"{avg[v]:+9.4f}" for v in a.variants))
+    for i, v in enumerate(a.variants):
+        print(f"  {i}: {v}")
+    if a.json:
+        a.json.write_text(json.dumps({"seeds": list(SEEDS), "oracle": oracle, "minus_oracle": table,
+                                      "average": avg}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
