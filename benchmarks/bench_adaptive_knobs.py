@@ -45,11 +45,7 @@ def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
     cond = get_condition(name)
     cfg = compose_sim_config([*cond.overrides, "progress=false"])
     policy = AdaptivePolicy(**{**DEFAULTS, **json.loads(variant)})
-    sim = build_simulation(cfg, seed=seed)
-    policy.reset(seed)
-    while (job := sim.next_job()) is not None:
-        sim.apply(policy.decide(job, sim.state()))
-    return name, variant, seed, float(sim.finalize().summary["blocking_rate"])
+    return name, variant, seed, float(build_simulation(cfg, seed=seed).run(policy).summary["blocking_rate"])
 
 
 def _oracle(name: str) -> tuple[str, dict[str, Any]]:

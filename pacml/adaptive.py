@@ -371,10 +371,10 @@ class AdaptivePolicy:
         scores = self.weights.scores(self.tracker.features(state.topology), feats)
         if self.selector_memory == 1:
             return rules, scores
-        self._scored += 1
-        if self._mean_scores is None or self._mean_scores.shape != scores.shape:
+        if self._mean_scores is None:  # the episode's first job (reset clears it)
             self._mean_scores, self._scored = scores.copy(), 1
         else:
+            self._scored += 1
             self._mean_scores += (scores - self._mean_scores) / min(self._scored, self.selector_memory)
         return rules, self._mean_scores
 
