@@ -285,6 +285,27 @@ def test_train_placer_bad_input_is_one_line() -> None:
     assert proc.stderr.strip().count("\n") == 0 and "nope" in proc.stderr
 
 
+def test_cluster_blocks_preset_lists_every_block_a_job_can_hold() -> None:
+    from pacml.placer.cli import device_sets
+    from simulator.build import instantiate_checked
+    from simulator.place.cli import _cluster_preset
+
+    sets = dict(device_sets(["blocks:ramp32_hetero"]))
+    topology = instantiate_checked(_cluster_preset("ramp32_hetero"), "test")
+    # Every block of every offered size >= 2 has a device set with its size and kinds.
+    for size in topology.degrees:
+        for block in topology.blocks(size) if size >= 2 else ():
+            kinds = sorted(topology.server_kind[s] for s in block.servers)
+            assert any(len(d.devices) == size and sorted(x.kind for x in d.devices) == kinds for d in sets.values())
+    # ... and no two sets are the same size and mix (servers of one kind are interchangeable).
+    mixes = [(len(d.devices), tuple(sorted(x.kind for x in d.devices))) for d in sets.values()]
+    assert len(mixes) == len(set(mixes)) == 13
+    assert sets["ramp32_hetero/8:gpux4+gpu_halfx4"].devices[0].speed in (0.5, 1.0)
+    assert len(device_sets(["blocks:ramp32"])) == 5  # one kind: one set per size 2, 4, 6, 8, 16
+    with pytest.raises(ConfigError, match="unknown cluster preset 'nope'"):
+        device_sets(["blocks:nope"])
+
+
 def test_big_graphs_are_coarsened_then_refined(tmp_path: Path) -> None:
     """More groups than max_groups: clusters are placed by the policy, then refined on the fine graph."""
     torch.manual_seed(0)

@@ -77,16 +77,24 @@ RESUME_OVERRIDABLE = ("budget.time_s", "budget.updates", "progress", "torch_thre
 
 
 def device_sets(names: list[str]) -> list[tuple[str, DeviceSet | None]]:
-    """The device presets named (``file``: each dnn-partitioning graph's own set)."""
+    """The device presets named (``file``: each dnn-partitioning graph's own set; ``blocks:<cluster>``:
+    every device set a job's block of cluster preset ``<cluster>`` can be, one per block size and
+    mix of server kinds, see :func:`simulator.place.cli.cluster_block_device_sets`)."""
     out: list[tuple[str, DeviceSet | None]] = []
     for name in names:
         if name == "file":
             out.append(("file", None))
             continue
+        if name.startswith("blocks:"):
+            from simulator.place.cli import cluster_block_device_sets
+
+            out.extend(cluster_block_device_sets(name.removeprefix("blocks:")))
+            continue
         path = CONF_DIR / "devices" / f"{name}.yaml"
         if name in ("auto", "ramp_block") or not path.is_file():
             known = sorted(p.stem for p in (CONF_DIR / "devices").glob("*.yaml") if p.stem not in ("auto", "ramp_block", "file"))
-            raise ConfigError(f"unknown device preset {name!r} (expected file or one of {', '.join(known)})",
+            raise ConfigError(f"unknown device preset {name!r} (expected file, blocks:<cluster> or one of "
+                              f"{', '.join(known)})",
                               field="presets")
         out.append((name, device_set_from_config(OmegaConf.to_container(OmegaConf.load(path)),
                                                  where=f"devices.{name}")))

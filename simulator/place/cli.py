@@ -176,6 +176,40 @@ def _ramp_block(data: dict[str, Any]) -> DeviceSet:
     return ramp_block_devices(topology, block.servers, name=f"ramp_block({name}, {servers} servers)")
 
 
+def cluster_block_device_sets(cluster: str, min_servers: int = 2) -> list[tuple[str, DeviceSet]]:
+    """One device set per (block size, mix of server kinds) that cluster preset ``cluster`` offers.
+
+    Every block size of at least ``min_servers`` servers, and for each the first first-fit block of
+    every distinct count of each server kind (``ramp32_hetero``: 8 fast, 8 slow, or 4 + 4 at size 8).
+    Servers of one kind are interchangeable under the point-to-point link, so these are all the
+    device sets a job's block can be. Names: ``<cluster>/<servers>:<kind>x<count>+...``.
+
+    Raises:
+        ConfigError: (field ``presets``) an unknown cluster preset.
+    """
+    presets = sorted(p.stem for p in (CONF_DIR / "cluster").glob("*.yaml"))
+    if cluster not in presets:
+        raise ConfigError(f"unknown cluster preset {cluster!r} in blocks:{cluster} (available: "
+                          f"{', '.join(presets)})", field="presets")
+    topology = instantiate_checked(_cluster_preset(cluster), "presets")
+    out: list[tuple[str, DeviceSet]] = []
+    for size in topology.degrees:
+        if size < min_servers:
+            continue
+        seen: set[tuple[tuple[str, int], ...]] = set()
+        for block in topology.blocks(size):
+            kinds: dict[str, int] = {}
+            for s in block.servers:
+                kinds[topology.server_kind[s]] = kinds.get(topology.server_kind[s], 0) + 1
+            mix = tuple(sorted(kinds.items()))
+            if mix in seen:
+                continue
+            seen.add(mix)
+            name = f"{cluster}/{size}:{'+'.join(f'{k}x{n}' for k, n in mix)}"
+            out.append((name, ramp_block_devices(topology, block.servers, name=name)))
+    return out
+
+
 def _cluster_preset(name: str, depth: int = 0) -> DictConfig:
     """``conf/cluster/<name>.yaml`` with its defaults list applied (presets extend one another)."""
     node = OmegaConf.load(CONF_DIR / "cluster" / f"{name}.yaml")
