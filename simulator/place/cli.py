@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,11 +163,7 @@ def _ramp_block(data: dict[str, Any]) -> DeviceSet:
     if extra:
         raise ConfigError("unknown key (expected cluster, servers)", field=f"devices.{extra[0]}")
     name = data.get("cluster")
-    presets = sorted(p.stem for p in (CONF_DIR / "cluster").glob("*.yaml"))
-    if not isinstance(name, str) or name not in presets:
-        raise ConfigError(f"unknown cluster preset {name!r} (available: {', '.join(presets)})",
-                          field="devices.cluster")
-    topology = instantiate_checked(_cluster_preset(name), "devices.cluster")
+    topology = _cluster_topology(name, "devices.cluster")
     servers = data.get("servers")
     sizes = [n for n in range(1, topology.num_servers + 1) if topology.block_shapes(n)]
     if isinstance(servers, bool) or not isinstance(servers, int) or servers not in sizes:
@@ -174,6 +171,15 @@ def _ramp_block(data: dict[str, Any]) -> DeviceSet:
                           field="devices.servers")
     block = topology.blocks(servers)[0]
     return ramp_block_devices(topology, block.servers, name=f"ramp_block({name}, {servers} servers)")
+
+
+def _cluster_topology(name: Any, field: str) -> Any:
+    """The topology of cluster preset ``name`` (``conf/cluster/<name>.yaml``); unknown names are
+    refused with the list, naming ``field``."""
+    presets = sorted(p.stem for p in (CONF_DIR / "cluster").glob("*.yaml"))
+    if not isinstance(name, str) or name not in presets:
+        raise ConfigError(f"unknown cluster preset {name!r} (available: {', '.join(presets)})", field=field)
+    return instantiate_checked(_cluster_preset(name), field)
 
 
 def cluster_block_device_sets(cluster: str, min_servers: int = 2) -> list[tuple[str, DeviceSet]]:
@@ -187,21 +193,14 @@ def cluster_block_device_sets(cluster: str, min_servers: int = 2) -> list[tuple[
     Raises:
         ConfigError: (field ``presets``) an unknown cluster preset.
     """
-    presets = sorted(p.stem for p in (CONF_DIR / "cluster").glob("*.yaml"))
-    if cluster not in presets:
-        raise ConfigError(f"unknown cluster preset {cluster!r} in blocks:{cluster} (available: "
-                          f"{', '.join(presets)})", field="presets")
-    topology = instantiate_checked(_cluster_preset(cluster), "presets")
+    topology = _cluster_topology(cluster, "presets")
     out: list[tuple[str, DeviceSet]] = []
     for size in topology.degrees:
         if size < min_servers:
             continue
         seen: set[tuple[tuple[str, int], ...]] = set()
         for block in topology.blocks(size):
-            kinds: dict[str, int] = {}
-            for s in block.servers:
-                kinds[topology.server_kind[s]] = kinds.get(topology.server_kind[s], 0) + 1
-            mix = tuple(sorted(kinds.items()))
+            mix = tuple(sorted(Counter(topology.server_kind[s] for s in block.servers).items()))
             if mix in seen:
                 continue
             seen.add(mix)
