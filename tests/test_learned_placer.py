@@ -424,14 +424,56 @@ def test_insertion_prior_is_closer_to_heft() -> None:
     assert ins.scorer_weights(task.problem).insertion and not net.scorer_weights(task.problem).insertion
 
 
-def test_insertion_flag_round_trips_and_old_placers_append(tmp_path: Path) -> None:
-    net = PlacerNet(NetConfig(hidden=8, layers=1, insertion=True))
+def test_decoder_flags_round_trip_and_old_placers_keep_their_decoder(tmp_path: Path) -> None:
+    net = PlacerNet(NetConfig(hidden=8, layers=1, insertion=True, order="full_rank", cost_outputs=False))
     save_placer(tmp_path / "placer.pt", net, {})
-    assert load_placer(tmp_path / "placer.pt")[0].config.insertion
+    config = load_placer(tmp_path / "placer.pt")[0].config
+    assert config.insertion and config.order == "full_rank" and not config.cost_outputs
     state = torch.load(tmp_path / "placer.pt", weights_only=False)
-    del state["net"]["insertion"]  # a placer written before the flag existed
+    for key in ("insertion", "order", "cost_outputs"):  # a placer written before the flags existed
+        del state["net"][key]
     torch.save(state, tmp_path / "old.pt")
-    assert not load_placer(tmp_path / "old.pt")[0].config.insertion
+    config = load_placer(tmp_path / "old.pt")[0].config
+    assert not config.insertion and config.order == "rank" and config.cost_outputs
+
+
+def test_untrained_policy_in_heft_mode_is_heft() -> None:
+    """With HEFT's order (``net.order=full_rank``), insertion into idle gaps and the finish time
+    alone as the prior's cost (``net.cost_outputs=false``), a policy whose own scores are zero
+    places every group exactly where HEFT does: the prior is HEFT, and training learns only where
+    to depart from it. The shipped decoder (forward-pass order, append, transfers to consumers
+    placed earlier) does not, on these graphs."""
+    import dataclasses
+
+    from simulator.place.heuristics import HeftPlacer
+    from workloads.synthetic_compute import layered, towers, transformer
+
+    heft_mode = PlacerNet(NetConfig(hidden=8, layers=1, prior=1.0, insertion=True, order="full_rank",
+                                    cost_outputs=False))
+    with torch.no_grad():
+        heft_mode.out.weight.zero_()
+        heft_mode.out.bias.zero_()
+    shipped_mode = PlacerNet(dataclasses.replace(heft_mode.config, insertion=False, order="rank", cost_outputs=True))
+    shipped_mode.load_state_dict(heft_mode.state_dict())
+    graphs = [layered(5, 12, seed=3), towers(4, 3, seed=5, nasnet=True), transformer(2, 4, seed=7),
+              layered(4, 8, seed=11, training=False)]
+    devices = [mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4))),
+               mesh(Device("a", "gpu", 1.0, 80e9), Device("b", "gpu", 1.0, 80e9),
+                    Device("c", "gpu_half", 0.5, 40e9), Device("d", "gpu_half", 0.5, 40e9), bandwidth_Bps=2e9)]
+    differs = 0
+    for graph in graphs:
+        for dev in devices:
+            objective = bind_objective("step", graph, dev)
+            heft = HeftPlacer().place(objective).placement
+            heft_groups = heft[[int(m[0]) for m in graph.group_members]]
+            for net, exact in ((heft_mode, True), (shipped_mode, False)):
+                task = Task.build(graph.name, objective, reference_s=1.0, order_by=net.config.order)
+                got = decode(task.problem, net.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
+                if exact:
+                    np.testing.assert_array_equal(got.group_device[0], heft_groups, err_msg=graph.name)
+                else:
+                    differs += not np.array_equal(got.group_device[0], heft_groups)
+    assert differs >= 2
 
 
 def test_finetune_skips_the_search_when_there_is_one_placement() -> None:

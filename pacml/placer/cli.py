@@ -49,7 +49,8 @@ KEYS: dict[str, Rule] = {
     "corpus.max_nodes": Rule(int | None, low=50), "corpus.real": Rule(bool),
     "presets": Rule(list[str], non_empty=True),
     "objectives": Rule(list[typing.Literal["step", "latency", "pipeline"]], non_empty=True),
-    **dataclass_rules("net", NetConfig, {"hidden": _COUNT, "layers": Rule(int, low=0)}),
+    **dataclass_rules("net", NetConfig, {"hidden": _COUNT, "layers": Rule(int, low=0),
+                                         "order": Rule(typing.Literal["rank", "full_rank", "first"])}),
     **dataclass_rules("ppo", PPOSettings, {
         "batch": Rule(int, low=2), "tasks_per_update": _COUNT, "epochs": _COUNT, "clip": _POSITIVE,
         "learning_rate": _POSITIVE, "ent_coef": Rule(float, low=0.0), "max_grad_norm": _POSITIVE,

@@ -73,6 +73,8 @@ class ScorerWeights:
     prior: float = 0.0
     insertion: bool = False
     """Earliest finish with insertion into idle gaps (HEFT's policy) instead of after the device's last group."""
+    cost_outputs: bool = True
+    """The prior's cost adds the transfers to consumers placed earlier to the finish time."""
 
     def logits(self, group: int, x: NDArray[np.float32]) -> NDArray[np.float32]:
         """``(B, D)`` logits of placing ``group`` given step features ``x`` ``(B, D, F)``."""
@@ -166,7 +168,7 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
         eft = start + dur
         # Outputs to consumers placed earlier (colour classes, coarsened clusters) delay them:
         # the candidate's cost counts them on top of its own finish time.
-        cost = eft + c_out_sum
+        cost = eft + c_out_sum if weights.cost_outputs else eft
         best = np.where(run, cost, np.inf).min(axis=1, keepdims=True)
         gap = np.where(run, cost - best, 0.0)
         added = c_in_sum + c_out_sum

@@ -132,7 +132,7 @@ class LearnedPlacer:
                                      refine_evaluations=self.refine_evaluations).place(objective, seed=seed)
             result.info = {**info, **result.info}
             return result
-        task = Task.build(objective.graph.name, objective, reference_s=1.0)
+        task = Task.build(objective.graph.name, objective, reference_s=1.0, order_by=net.config.order)
         group_device, curve = self._place_task(net, task, seed)
         info["curve"] = curve
         result = PlacerResult(np.asarray(group_device, dtype=np.int64)[objective.graph.group], info=info)

@@ -38,6 +38,14 @@ class NetConfig:
     #: Earliest finish with insertion into idle gaps (HEFT's policy); False: after the device's last
     #: group (placers trained before 2026-12-05).
     insertion: bool = False
+    #: Placement order of the groups: ``rank`` (HEFT's upward rank over the forward pass, the
+    #: placers trained before 2026-12-06) or ``full_rank`` (HEFT's own: over the whole step, as
+    #: HEFT schedules it; see :func:`pacml.placer.problem.GroupProblem.from_objective`).
+    order: str = "rank"
+    #: Whether the earliest-finish prior adds the transfers to consumers placed earlier (the
+    #: backward pass's gradients, under ``rank``) to a device's finish time; ``False``: the finish
+    #: time alone, as HEFT's device rule.
+    cost_outputs: bool = True
 
 
 class PlacerNet(nn.Module):
@@ -94,7 +102,7 @@ class PlacerNet(nn.Module):
                 static=static.astype(np.float32), w1=self.step.weight.T.numpy().copy(),
                 w2=self.hidden.weight.T.numpy().copy(), b2=self.hidden.bias.numpy().copy(),
                 w3=self.out.weight[0].numpy().copy(), b3=float(self.out.bias[0]), prior=float(self.prior),
-                insertion=bool(self.config.insertion))
+                insertion=bool(self.config.insertion), cost_outputs=bool(self.config.cost_outputs))
 
     def config_dict(self) -> dict:
         """The constructor's config as a plain dict (for checkpoints)."""

@@ -21,7 +21,7 @@ from torch import nn
 
 from pacml.placer.decode import Rollout, decode
 from pacml.placer.model import PlacerNet, problem_tensors
-from pacml.placer.problem import GroupProblem
+from pacml.placer.problem import ORDER_BY, GroupProblem
 from simulator.place.heuristics import HeftPlacer
 from simulator.place.objectives import BoundObjective
 from simulator.place.placer import SingleDevicePlacer
@@ -61,11 +61,13 @@ class Task:
     stats: dict = field(default_factory=dict)
 
     @classmethod
-    def build(cls, name: str, objective: BoundObjective, reference_s: float | None = None) -> Task:
+    def build(cls, name: str, objective: BoundObjective, reference_s: float | None = None,
+              order_by: str = ORDER_BY) -> Task:
         """The task of ``objective`` with its reference: ``reference_s`` if given, else the best of
-        HEFT and the best single device (their evaluations are not counted against any budget)."""
+        HEFT and the best single device (their evaluations are not counted against any budget).
+        ``order_by``: the decoder's group order (:meth:`GroupProblem.from_objective`)."""
         if reference_s is not None:
-            return cls(name=name, objective=objective, problem=GroupProblem.from_objective(objective),
+            return cls(name=name, objective=objective, problem=GroupProblem.from_objective(objective, order_by),
                        reference_s=reference_s if math.isfinite(reference_s) and reference_s > 0 else 1.0,
                        reference="given")
         before = objective.evaluations
@@ -75,7 +77,7 @@ class Task:
             if v < best:
                 best, best_name = v, placer.name
         objective.evaluations = before
-        return cls(name=name, objective=objective, problem=GroupProblem.from_objective(objective),
+        return cls(name=name, objective=objective, problem=GroupProblem.from_objective(objective, order_by),
                    reference_s=best if math.isfinite(best) else 1.0, reference=best_name)
 
     def rewards(self, values: NDArray[np.float64], infeasible: float) -> NDArray[np.float64]:

@@ -26,9 +26,11 @@ NUM_GROUP_FEATURES = 14
 #: Number of static device features (see :meth:`GroupProblem._device_features`).
 NUM_DEVICE_FEATURES = 6
 _TOL = 1 + 1e-12
-#: Placement order: ``rank`` (HEFT's upward rank over the forward pass, highest first) or
-#: ``first`` (topological position of each group's first node).
+#: Placement order: ``rank`` (HEFT's upward rank over the forward pass, highest first),
+#: ``full_rank`` (HEFT's upward rank over the whole step, as HEFT orders it) or ``first``
+#: (topological position of each group's first node).
 ORDER_BY = "rank"
+ORDERS = ("rank", "full_rank", "first")
 
 
 def _log_ratio(x: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
@@ -120,8 +122,12 @@ class GroupProblem:
         has_input = np.zeros(n_groups, dtype=bool)
         has_input[dst_all[between]] = True
         key = first.astype(np.float64)
+        if order_by not in ORDERS:
+            raise ValueError(f"order_by must be one of {', '.join(ORDERS)}, got {order_by!r}")
         if order_by == "rank":
             key = -_forward_rank(objective, topo, group, n_groups)
+        elif order_by == "full_rank":
+            key = -_step_rank(objective, group, n_groups)
         consumer_first = np.full(n_groups, np.inf)
         np.minimum.at(consumer_first, src_all[between], key[dst_all[between]])
         lazy = ~has_input & np.isfinite(consumer_first)
@@ -288,6 +294,25 @@ def _forward_rank(objective: BoundObjective, topo: NDArray[np.int64], group: NDA
     first = np.full(n_groups, np.inf)
     np.minimum.at(first, group, pos)
     return np.where(np.isfinite(out), out, -1.0 - first)
+
+
+def _step_rank(objective: BoundObjective, group: NDArray[np.int64], n_groups: int) -> NDArray[np.float64]:
+    """HEFT's own order key per group: the upward rank of its nodes over the whole step (forward and
+    backward, each phase apart when the graph runs its backward pass after the forward one; an
+    earlier phase first), the group's largest (it is placed with its first node, as in HEFT)."""
+    from simulator.place.heuristics import _Problem  # noqa: PLC0415 - HEFT's own ranks, not a copy
+
+    hp = _Problem(objective)
+    key = np.zeros(objective.graph.num_nodes)
+    # Phases run one after the other: every node of an earlier phase outranks every later one.
+    offset = 0.0
+    for phase in reversed(hp.phases):
+        rank = hp.upward_rank(phase)
+        key[phase] = rank[phase] + offset
+        offset = float(key[phase].max()) + 1.0 if phase else offset
+    out = np.full(n_groups, -np.inf)
+    np.maximum.at(out, group, key)
+    return np.where(np.isfinite(out), out, 0.0)
 
 
 def bucket(keys: NDArray[np.int64], values: NDArray[np.int64], n: int) -> tuple[NDArray[np.int64], ...]:

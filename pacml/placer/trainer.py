@@ -116,7 +116,7 @@ class PlacerTrainer:
             gname, dname, obj = key
             graph = self.graphs[gname]
             dset = self.device_sets[dname] or DeviceSet.for_dnn_partitioning(graph.meta)
-            task = Task.build(f"{gname}/{dname}/{obj}", bind_objective(obj, graph, dset))
+            task = Task.build(f"{gname}/{dname}/{obj}", bind_objective(obj, graph, dset), order_by=self.net.config.order)
             self._tasks[key] = task
         return task
 
