@@ -103,16 +103,18 @@ def zeroshot(args) -> dict:
 
 def summarise_zeroshot(rows: list[dict]) -> dict:
     """Wins, mean ratio to the best non-search baseline, and the gain over the person's split."""
-    ratios, wins, vs_expert = [], 0, {}
+    ratios, wins, better, vs_expert = [], 0, 0, {}
     for row in rows:
         best = min(row[m]["value"] for m in NON_SEARCH if row[m]["value"] == row[m]["value"])
         v = row["learned"]["value"]
         ratios.append(v / best)
         wins += v <= best * (1 + 1e-9)
+        better += v < best * (1 - 1e-9)  # strictly better: not a tie with the best baseline
         e = row["expert"]["value"]
         if e == e and math.isfinite(e):
             vs_expert.setdefault(row["devices"], []).append(1 - v / e)
-    return {"pairs": len(rows), "at_least_as_good": wins, "mean_ratio_to_best": float(np.mean(ratios)),
+    return {"pairs": len(rows), "at_least_as_good": wins, "strictly_better": better,
+            "mean_ratio_to_best": float(np.mean(ratios)),
             "gain_over_expert_by_preset": {k: float(np.mean(x)) for k, x in vs_expert.items()}}
 
 
