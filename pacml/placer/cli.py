@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from pacml.placer.checkpoint import SHIPPED_DIR
 from pacml.placer.model import NetConfig
 from pacml.placer.ppo import PPOSettings
+from pacml.placer.problem import ORDERS
 from pacml.placer.trainer import CHECKPOINT, PREVIOUS_CHECKPOINT, PlacerTrainer
 from pacml.runfiles import load_run_config
 from pacml.train import process_age_s  # also registers the resume resolvers of the config
@@ -50,7 +51,7 @@ KEYS: dict[str, Rule] = {
     "presets": Rule(list[str], non_empty=True),
     "objectives": Rule(list[typing.Literal["step", "latency", "pipeline"]], non_empty=True),
     **dataclass_rules("net", NetConfig, {"hidden": _COUNT, "layers": Rule(int, low=0),
-                                         "order": Rule(typing.Literal["rank", "full_rank", "first"])}),
+                                         "order": Rule(typing.Literal[ORDERS])}),
     **dataclass_rules("ppo", PPOSettings, {
         "batch": Rule(int, low=2), "tasks_per_update": _COUNT, "epochs": _COUNT, "clip": _POSITIVE,
         "learning_rate": _POSITIVE, "ent_coef": Rule(float, low=0.0), "max_grad_norm": _POSITIVE,
