@@ -2,7 +2,7 @@
 
 Examples::
 
-    pacml-train-placer                                       # placer_step's recipe (40 min, one core)
+    pacml-train-placer net.insertion=true net.order=full_rank net.cost_outputs=false   # placer_step's recipe (40 min, one core)
     pacml-train-placer budget.time_s=300 corpus.synthetic=8  # a short run
     pacml-train-placer resume=outputs/train_placer/<run>     # continue exactly where it stopped
     pacml-train-placer resume=outputs/train_placer/<run> budget.time_s=6000   # extend it
