@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from pacml.placer.checkpoint import SHIPPED_DIR
-from pacml.placer.model import NetConfig
+from pacml.placer.model import DECODERS, NetConfig
 from pacml.placer.ppo import PPOSettings
 from pacml.placer.problem import ORDERS
 from pacml.placer.trainer import CHECKPOINT, PREVIOUS_CHECKPOINT, PlacerTrainer
@@ -51,7 +51,9 @@ KEYS: dict[str, Rule] = {
     "presets": Rule(list[str], non_empty=True),
     "objectives": Rule(list[typing.Literal["step", "latency", "pipeline"]], non_empty=True),
     **dataclass_rules("net", NetConfig, {"hidden": _COUNT, "layers": Rule(int, low=0),
-                                         "order": Rule(typing.Literal[ORDERS])}),
+                                         "order": Rule(typing.Literal[ORDERS]),
+                                         "decoder": Rule(typing.Literal[DECODERS]), "heads": _COUNT,
+                                         "max_devices": _COUNT}),
     **dataclass_rules("ppo", PPOSettings, {
         "batch": Rule(int, low=2), "tasks_per_update": _COUNT, "epochs": _COUNT, "clip": _POSITIVE,
         "learning_rate": _POSITIVE, "ent_coef": Rule(float, low=0.0), "max_grad_norm": _POSITIVE,
@@ -68,6 +70,9 @@ class TrainPlacerCommand(HydraCommand):
         """Check a composed config (raises our own errors); returns it."""
         cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
         device_sets(list(cfg.presets))
+        if cfg.net.decoder == "oneshot" and cfg.net.hidden % cfg.net.heads:
+            raise ConfigError(f"net.hidden ({cfg.net.hidden}) must be a multiple of net.heads ({cfg.net.heads}) "
+                              "for the oneshot decoder's attention", field="net.heads")
         if cfg.get("resume"):  # before Hydra makes a run directory for a bad resume
             resume_checkpoint(str(cfg.resume))
         return cfg

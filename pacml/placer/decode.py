@@ -83,6 +83,45 @@ class ScorerWeights:
         return z @ self.w3 + self.b3 + self.prior * x[:, :, EFT_FEATURE]
 
 
+@dataclass(frozen=True)
+class OneShotWeights:
+    """A one-shot (GDP-style) policy's output for one problem: every group's logits over the
+    devices, computed at once from the graph alone, before any device is chosen.
+
+    ``logits`` is ``(G, D)`` in decision order (``problem.order``). Nothing depends on earlier
+    choices, so memory is not masked: a placement that breaks memory is priced infeasible and
+    penalised in training, as in GDP. Devices a group cannot run on are masked.
+    """
+
+    logits: NDArray[np.float32]
+
+
+def _decode_oneshot(problem: GroupProblem, weights: OneShotWeights, *, batch: int, greedy: bool,
+                    rng: np.random.Generator | None, keep: bool) -> Rollout:
+    """:func:`decode` for a :class:`OneShotWeights` policy: every group sampled independently."""
+    p, b = problem, batch
+    run = p.runnable[p.order]                                               # (G, D)
+    run = np.where(run.any(axis=1, keepdims=True), run, True)
+    logits = np.where(run, weights.logits, -np.inf)
+    logits = logits - logits.max(axis=1, keepdims=True)
+    logp_all = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))  # (G, D)
+    if greedy:
+        actions = np.broadcast_to(logp_all.argmax(axis=1)[:, None], (p.num_groups, b)).copy()
+    else:
+        cdf = np.exp(logp_all).cumsum(axis=1)                               # (G, D)
+        u = rng.random((p.num_groups, b, 1))
+        actions = np.minimum((u * cdf[:, None, -1:] > cdf[:, None, :]).sum(axis=2), p.num_devices - 1)
+        bad = ~run[np.arange(p.num_groups)[:, None], actions]
+        if bad.any():  # never an excluded device, however the float sums round
+            actions[bad] = np.broadcast_to(logp_all.argmax(axis=1)[:, None], actions.shape)[bad]
+    group_device = np.empty((b, p.num_groups), dtype=np.int64)
+    group_device[:, p.order] = actions.T
+    logps = np.take_along_axis(logp_all, actions, axis=1).astype(np.float32)
+    mask = np.broadcast_to(run[:, None, :], (p.num_groups, b, p.num_devices)).copy() if keep else np.zeros((0,), bool)
+    return Rollout(group_device=group_device, actions=actions.astype(np.int64),
+                   features=np.zeros((0,), np.float32), mask=mask, logp=logps)
+
+
 def pipeline_plan(problem: GroupProblem) -> PipelinePlan:
     """The problem's :class:`PipelinePlan` (built once, cached on the problem)."""
     plan = getattr(problem, "_pipeline_plan", None)
@@ -92,13 +131,13 @@ def pipeline_plan(problem: GroupProblem) -> PipelinePlan:
     return plan
 
 
-def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy: bool = False,
+def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, batch: int, greedy: bool = False,
            rng: np.random.Generator | None = None, keep: bool = True) -> Rollout:
     """Place every group ``batch`` times (sampled, or greedily: the most likely device each time).
 
     Args:
         problem: The task.
-        weights: The policy's scorer.
+        weights: The policy's scorer (sequential decoder) or its one-shot logits.
         batch: Number of placements (rollouts) made together.
         greedy: Take the most likely device instead of sampling (then every rollout is equal).
         rng: Source of the samples (required unless ``greedy``).
@@ -106,6 +145,8 @@ def decode(problem: GroupProblem, weights: ScorerWeights, *, batch: int, greedy:
     """
     if not greedy and rng is None:
         raise ValueError("sampling needs an rng")
+    if isinstance(weights, OneShotWeights):
+        return _decode_oneshot(problem, weights, batch=batch, greedy=greedy, rng=rng, keep=keep)
     p = problem
     n_groups, d, b = p.num_groups, p.num_devices, batch
     rows = np.arange(b)

@@ -12,10 +12,20 @@
   per-group part (computed once per placement) and a per-device part (computed per decision).
 
 ``use_edges=False`` drops the message passing (features only): the ablation of graph structure.
+
+``decoder="oneshot"`` is GDP's design instead (Zhou et al. 2019), measured beside the sequential
+decoder: the same GNN embeddings, then self-attention over the group sequence (in placement
+order), and every group's logits over the devices at once from ``[attended embedding, device
+features, device slot]``, the sequence carrying sinusoidal position encodings: no decoder features, no prior, memory penalised rather than masked.
+The device *slot* (its index in the set, a learned embedding, as GDP's fixed output layer) is
+what lets a one-shot policy tell equal devices apart: from features alone every group's
+distribution over two equal devices is the same, so it could never learn to split work between
+them. So unlike the sequential decoder, the one-shot one is not permutation-aware.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -23,8 +33,12 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from pacml.placer.decode import EFT_FEATURE, NUM_STEP_FEATURES, ScorerWeights
-from pacml.placer.problem import NUM_GROUP_FEATURES, GroupProblem
+from pacml.placer.decode import EFT_FEATURE, NUM_STEP_FEATURES, OneShotWeights, ScorerWeights
+from pacml.placer.problem import NUM_DEVICE_FEATURES, NUM_GROUP_FEATURES, GroupProblem
+
+#: Decoders: ``sequential`` (groups placed one by one, priced from the partial placement) or
+#: ``oneshot`` (GDP: every group's device distribution at once, from the graph alone).
+DECODERS = ("sequential", "oneshot")
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,12 @@ class NetConfig:
     #: backward pass's gradients, under ``rank``) to a device's finish time; ``False``: the finish
     #: time alone, as HEFT's device rule.
     cost_outputs: bool = True
+    #: ``sequential`` (every shipped placer) or ``oneshot`` (GDP's design; see the module docstring).
+    decoder: str = "sequential"
+    #: Attention heads of the one-shot decoder's self-attention layer.
+    heads: int = 4
+    #: Device slots of the one-shot decoder (the most devices it can place on).
+    max_devices: int = 16
 
 
 class PlacerNet(nn.Module):
@@ -67,6 +87,17 @@ class PlacerNet(nn.Module):
         # pipeline objective, the device keeping the maximum load lowest): an untrained
         # policy is a list scheduler (HEFT's device rule); training learns where to depart from it.
         self.prior = nn.Parameter(torch.tensor(float(config.prior)))
+        if config.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {config.decoder!r}")
+        if config.decoder == "oneshot":
+            if h % config.heads:
+                raise ValueError(f"hidden ({h}) must be a multiple of heads ({config.heads})")
+            # GDP: attention over the op sequence, then a per-(group, device) scorer. Devices enter
+            # by their features (speed, memory, kind, links), never by index.
+            self.attend = nn.TransformerEncoderLayer(h, config.heads, dim_feedforward=2 * h, dropout=0.0,
+                                                     batch_first=True)
+            self.device_in = nn.Linear(NUM_DEVICE_FEATURES, h)
+            self.slot = nn.Embedding(config.max_devices, h)
 
     def embed(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """Group embeddings ``(G, hidden)`` from static features and the group graph."""
@@ -94,8 +125,23 @@ class PlacerNet(nn.Module):
         z = torch.relu(self.hidden(z))
         return self.out(z).squeeze(-1) + self.prior * features[..., EFT_FEATURE]
 
-    def scorer_weights(self, problem: GroupProblem) -> ScorerWeights:
-        """The numpy scorer for ``problem`` (no gradients)."""
+    def oneshot_logits(self, problem: GroupProblem) -> Tensor:
+        """``(G, D)`` logits of every group (in ``problem.order``) on every device, at once."""
+        static = self.static_part(*problem_tensors(problem))
+        seq = static[torch.from_numpy(problem.order)] + _positions(problem.num_groups, static.shape[1])
+        seq = self.attend(seq.unsqueeze(0))[0]                                           # (G, hidden)
+        d = problem.num_devices
+        if d > self.config.max_devices:
+            raise ValueError(f"the one-shot decoder has {self.config.max_devices} device slots, the problem has {d} devices")
+        dev = self.device_in(torch.from_numpy(problem.device_x)) + self.slot(torch.arange(d))  # (D, hidden)
+        z = torch.relu(seq.unsqueeze(1) + dev.unsqueeze(0))
+        return self.out(torch.relu(self.hidden(z))).squeeze(-1)
+
+    def scorer_weights(self, problem: GroupProblem) -> ScorerWeights | OneShotWeights:
+        """The numpy scorer for ``problem`` (no gradients); the one-shot decoder's logits."""
+        if self.config.decoder == "oneshot":
+            with torch.no_grad():
+                return OneShotWeights(logits=self.oneshot_logits(problem).numpy().astype(np.float32))
         with torch.no_grad():
             static = self.static_part(*problem_tensors(problem)).numpy()
             return ScorerWeights(
@@ -107,6 +153,17 @@ class PlacerNet(nn.Module):
     def config_dict(self) -> dict:
         """The constructor's config as a plain dict (for checkpoints)."""
         return asdict(self.config)
+
+
+def _positions(n: int, width: int) -> Tensor:
+    """Sinusoidal encodings ``(n, width)`` of positions 0..n-1 in the placement order (as a
+    Transformer's): they tell equal groups apart, which a one-shot policy needs to split them."""
+    pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    out = torch.zeros(n, width)
+    out[:, 0::2] = torch.sin(pos * freq)
+    out[:, 1::2] = torch.cos(pos * freq[: width // 2])
+    return out
 
 
 def problem_tensors(problem: GroupProblem) -> tuple[Tensor, Tensor]:

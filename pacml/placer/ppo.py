@@ -101,13 +101,16 @@ def advantages(rewards: NDArray[np.float64]) -> NDArray[np.float64]:
 def policy_loss(net: PlacerNet, problem: GroupProblem, rollout: Rollout, adv: NDArray[np.float64],
                 settings: PPOSettings) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PPO loss (minus the entropy bonus) of one task's rollout, with its statistics."""
-    static = net.static_part(*problem_tensors(problem))
-    order = torch.from_numpy(problem.order)
-    feats = torch.from_numpy(rollout.features)                      # (G, B, D, F)
     mask = torch.from_numpy(rollout.mask)
     g, b = rollout.actions.shape
-    rows = static[order].unsqueeze(1).expand(g, b, -1)
-    logits = net.logits(rows, feats).masked_fill(~mask, -1e9)
+    if net.config.decoder == "oneshot":
+        logits = net.oneshot_logits(problem).unsqueeze(1).expand(g, b, -1).masked_fill(~mask, -1e9)
+    else:
+        static = net.static_part(*problem_tensors(problem))
+        order = torch.from_numpy(problem.order)
+        feats = torch.from_numpy(rollout.features)                  # (G, B, D, F)
+        rows = static[order].unsqueeze(1).expand(g, b, -1)
+        logits = net.logits(rows, feats).masked_fill(~mask, -1e9)
     logp_all = torch.log_softmax(logits, dim=-1)
     actions = torch.from_numpy(rollout.actions)
     logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
