@@ -113,8 +113,12 @@ def summarise_zeroshot(rows: list[dict]) -> dict:
         e = row["expert"]["value"]
         if e == e and math.isfinite(e):
             vs_expert.setdefault(row["devices"], []).append(1 - v / e)
+    finite = [r for r in ratios if math.isfinite(r)]
     return {"pairs": len(rows), "at_least_as_good": wins, "strictly_better": better,
             "mean_ratio_to_best": float(np.mean(ratios)),
+            # A one-shot policy does not mask memory: its infeasible placements are counted apart.
+            "infeasible": len(ratios) - len(finite),
+            "mean_ratio_to_best_feasible": float(np.mean(finite)) if finite else math.nan,
             "gain_over_expert_by_preset": {k: float(np.mean(x)) for k, x in vs_expert.items()}}
 
 
