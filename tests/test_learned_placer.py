@@ -447,7 +447,7 @@ def test_untrained_policy_in_heft_mode_is_heft() -> None:
     """With HEFT's order (``net.order=full_rank``), insertion into idle gaps and the finish time
     alone as the prior's cost (``net.cost_outputs=false``), a policy whose own scores are zero
     places every group exactly where HEFT does: the prior is HEFT, and training learns only where
-    to depart from it. The shipped decoder (forward-pass order, append, transfers to consumers
+    to depart from it. The v1 decoder (forward-pass order, append, transfers to consumers
     placed earlier) does not, on these graphs."""
     import dataclasses
 
@@ -459,8 +459,8 @@ def test_untrained_policy_in_heft_mode_is_heft() -> None:
     with torch.no_grad():
         heft_mode.out.weight.zero_()
         heft_mode.out.bias.zero_()
-    shipped_mode = PlacerNet(dataclasses.replace(heft_mode.config, insertion=False, order="rank", cost_outputs=True))
-    shipped_mode.load_state_dict(heft_mode.state_dict())
+    v1_mode = PlacerNet(dataclasses.replace(heft_mode.config, insertion=False, order="rank", cost_outputs=True))
+    v1_mode.load_state_dict(heft_mode.state_dict())
     graphs = [layered(5, 12, seed=3), towers(4, 3, seed=5, nasnet=True), transformer(2, 4, seed=7),
               layered(4, 8, seed=11, training=False)]
     devices = [mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4))),
@@ -472,7 +472,7 @@ def test_untrained_policy_in_heft_mode_is_heft() -> None:
             objective = bind_objective("step", graph, dev)
             heft = HeftPlacer().place(objective).placement
             heft_groups = heft[[int(m[0]) for m in graph.group_members]]
-            for net, exact in ((heft_mode, True), (shipped_mode, False)):
+            for net, exact in ((heft_mode, True), (v1_mode, False)):
                 task = Task.build(graph.name, objective, reference_s=1.0, order_by=net.config.order)
                 got = decode(task.problem, net.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
                 if exact:
