@@ -544,6 +544,10 @@ class CoarsenedPlacer:
         placement = group_device[g.group]
         if not math.isfinite(refined_value):
             info["infeasible"] = objective.infeasibility(placement) or "infeasible"
+        # Say so: otherwise a user sees "201 evaluations" and no reason for them.
+        log.info("%s: %d groups coarsened to %d clusters (%s), placed by %s, refined with %d evaluations: "
+                 "%.4g -> %.4g ms", g.name, g.num_groups, c.num_clusters, self.method, self.inner_name, used,
+                 coarse_value * 1e3, refined_value * 1e3)
         return PlacerResult(placement, info=info)
 
     @staticmethod
