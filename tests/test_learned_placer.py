@@ -179,6 +179,25 @@ def test_equal_devices_are_interchangeable(resnet_task: Task) -> None:
     assert values[0] == pytest.approx(values[1], rel=1e-12) == pytest.approx(values[2], rel=1e-12)
 
 
+def _sampled_mean(net: PlacerNet, task: Task, seed: int) -> float:
+    """Mean value of 64 placements sampled from ``net`` (a fixed draw per seed)."""
+    r = decode(task.problem, net.scorer_weights(task.problem), batch=64,
+               rng=np.random.default_rng(1000 + seed), keep=False)
+    return float(evaluate_rollout(task, r).mean())
+
+
+def _train_briefly(net: PlacerNet, task: Task, seed: int, updates: int = 25) -> tuple[float, float, float]:
+    """``(sampled mean before, sampled mean after, greedy value after)`` ``updates`` PPO updates on ``task``."""
+    before = _sampled_mean(net, task, seed)
+    settings = PPOSettings(batch=16, epochs=4, learning_rate=5e-3, ent_coef=0.0)
+    opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
+    rng = np.random.default_rng(seed)
+    for _ in range(updates):
+        r = decode(task.problem, net.scorer_weights(task.problem), batch=16, rng=rng)
+        ppo_update(net, opt, [(task, r, advantages(task.rewards(evaluate_rollout(task, r), -3.0)))], settings)
+    return before, _sampled_mean(net, task, seed), greedy_value(net, task)[0]
+
+
 def test_ppo_learns_to_balance_independent_ops() -> None:
     """Eight equal independent ops on two devices, from random weights and no list-scheduling
     prior: the policy's sampled placements start near random (mean step about 5.1 s; the even
@@ -188,25 +207,12 @@ def test_ppo_learns_to_balance_independent_ops() -> None:
     g = independent_ops(8)
     dev = mesh(Device("g0", "gpu", 1.0, 1e3), Device("g1", "gpu", 1.0, 1e3))
 
-    def sampled_mean(net: PlacerNet, task: Task, seed: int) -> float:
-        r = decode(task.problem, net.scorer_weights(task.problem), batch=64,
-                   rng=np.random.default_rng(1000 + seed), keep=False)
-        return float(evaluate_rollout(task, r).mean())
-
     results = []
     for seed in range(3):
         torch.manual_seed(seed)
         task = Task.build("indep", bind_objective("step", g, dev), reference_s=4.0)
         net = PlacerNet(NetConfig(hidden=16, layers=1, prior=0.0))  # no list-scheduling head start
-        before = sampled_mean(net, task, seed)
-        settings = PPOSettings(batch=16, epochs=4, learning_rate=5e-3, ent_coef=0.0)
-        opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
-        rng = np.random.default_rng(seed)
-        for _ in range(25):
-            r = decode(task.problem, net.scorer_weights(task.problem), batch=16, rng=rng)
-            v = evaluate_rollout(task, r)
-            ppo_update(net, opt, [(task, r, advantages(task.rewards(v, -3.0)))], settings)
-        results.append((before, sampled_mean(net, task, seed), greedy_value(net, task)[0]))
+        results.append(_train_briefly(net, task, seed))
     assert all(before >= 4.6 and after <= 4.25 for before, after, _ in results), results
     assert sum(greedy == pytest.approx(4.0) for _, _, greedy in results) >= 2, results
 
@@ -534,17 +540,5 @@ def test_oneshot_decoder_learns_to_avoid_a_slow_device() -> None:
         task = Task.build("indep", bind_objective("step", g, dev))
         net = PlacerNet(NetConfig(hidden=16, layers=1, decoder="oneshot"))
 
-        def sampled_mean(net: PlacerNet, task: Task, seed: int) -> float:
-            r = decode(task.problem, net.scorer_weights(task.problem), batch=64,
-                       rng=np.random.default_rng(1000 + seed), keep=False)
-            return float(evaluate_rollout(task, r).mean())
-
-        before = sampled_mean(net, task, seed)
-        settings = PPOSettings(batch=16, epochs=4, learning_rate=5e-3, ent_coef=0.0)
-        opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
-        rng = np.random.default_rng(seed)
-        for _ in range(25):
-            r = decode(task.problem, net.scorer_weights(task.problem), batch=16, rng=rng)
-            ppo_update(net, opt, [(task, r, advantages(task.rewards(evaluate_rollout(task, r), -3.0)))], settings)
-        results.append((before, sampled_mean(net, task, seed), greedy_value(net, task)[0]))
+        results.append(_train_briefly(net, task, seed))
     assert all(before >= 9.0 and after <= 7.0 and greedy <= 7.0 for before, after, greedy in results), results
