@@ -14,10 +14,10 @@
 ``use_edges=False`` drops the message passing (features only): the ablation of graph structure.
 
 ``decoder="oneshot"`` is GDP's design instead (Zhou et al. 2019), measured beside the sequential
-decoder: the same GNN embeddings, then self-attention over the group sequence (in placement
-order), and every group's logits over the devices at once from ``[attended embedding, device
-features, device slot]``, the sequence carrying sinusoidal position encodings: no decoder features, no prior, memory penalised rather than masked.
-The device *slot* (its index in the set, a learned embedding, as GDP's fixed output layer) is
+decoder: the same GNN embeddings plus sinusoidal position encodings, self-attention over the
+group sequence (in placement order), and every group's logits over the devices at once from
+``[attended embedding, device features, device slot]``: no decoder features, no prior, memory
+penalised rather than masked. The device *slot* (its index in the set, a learned embedding, as GDP's fixed output layer) is
 what lets a one-shot policy tell equal devices apart: from features alone every group's
 distribution over two equal devices is the same, so it could never learn to split work between
 them. So unlike the sequential decoder, the one-shot one is not permutation-aware.
@@ -35,6 +35,7 @@ from torch_geometric.nn import SAGEConv
 
 from pacml.placer.decode import EFT_FEATURE, NUM_STEP_FEATURES, OneShotWeights, ScorerWeights
 from pacml.placer.problem import NUM_DEVICE_FEATURES, NUM_GROUP_FEATURES, GroupProblem
+from simulator.errors import ConfigError
 
 #: Decoders: ``sequential`` (groups placed one by one, priced from the partial placement) or
 #: ``oneshot`` (GDP: every group's device distribution at once, from the graph alone).
@@ -93,7 +94,8 @@ class PlacerNet(nn.Module):
             if h % config.heads:
                 raise ValueError(f"hidden ({h}) must be a multiple of heads ({config.heads})")
             # GDP: attention over the op sequence, then a per-(group, device) scorer. Devices enter
-            # by their features (speed, memory, kind, links), never by index.
+            # by their features and their slot (index in the set): without the slot, equal devices
+            # would get equal logits for every group and work could never be split between them.
             self.attend = nn.TransformerEncoderLayer(h, config.heads, dim_feedforward=2 * h, dropout=0.0,
                                                      batch_first=True)
             self.device_in = nn.Linear(NUM_DEVICE_FEATURES, h)
@@ -132,7 +134,8 @@ class PlacerNet(nn.Module):
         seq = self.attend(seq.unsqueeze(0))[0]                                           # (G, hidden)
         d = problem.num_devices
         if d > self.config.max_devices:
-            raise ValueError(f"the one-shot decoder has {self.config.max_devices} device slots, the problem has {d} devices")
+            raise ConfigError(f"this one-shot placer has {self.config.max_devices} device slots; the device set has {d} "
+                              "devices", field="devices")
         dev = self.device_in(torch.from_numpy(problem.device_x)) + self.slot(torch.arange(d))  # (D, hidden)
         z = torch.relu(seq.unsqueeze(1) + dev.unsqueeze(0))
         return self.out(torch.relu(self.hidden(z))).squeeze(-1)
