@@ -449,6 +449,21 @@ def test_decoder_flags_round_trip_and_old_placers_keep_their_decoder(tmp_path: P
     assert not config.insertion and config.order == "rank" and config.cost_outputs
 
 
+def _heft_cases(graphs: list[ComputeGraph]):
+    """``(graph, step objective, HEFT's device per group)`` of each graph on four equal GPUs and on
+    two GPU generations behind slower links."""
+    from simulator.place.heuristics import HeftPlacer
+
+    devices = [mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4))),
+               mesh(Device("a", "gpu", 1.0, 80e9), Device("b", "gpu", 1.0, 80e9),
+                    Device("c", "gpu_half", 0.5, 40e9), Device("d", "gpu_half", 0.5, 40e9), bandwidth_Bps=2e9)]
+    for graph in graphs:
+        for dev in devices:
+            objective = bind_objective("step", graph, dev)
+            heft = HeftPlacer().place(objective).placement
+            yield graph, objective, heft[[int(m[0]) for m in graph.group_members]]
+
+
 def test_untrained_policy_in_heft_mode_is_heft() -> None:
     """With HEFT's order (``net.order=full_rank``), insertion into idle gaps and the finish time
     alone as the prior's cost (``net.cost_outputs=false``), a policy whose own scores are zero
@@ -457,7 +472,6 @@ def test_untrained_policy_in_heft_mode_is_heft() -> None:
     placed earlier) does not, on these graphs."""
     import dataclasses
 
-    from simulator.place.heuristics import HeftPlacer
     from workloads.synthetic_compute import layered, towers, transformer
 
     heft_mode = PlacerNet(NetConfig(hidden=8, layers=1, prior=1.0, insertion=True, order="full_rank",
@@ -469,22 +483,15 @@ def test_untrained_policy_in_heft_mode_is_heft() -> None:
     v1_mode.load_state_dict(heft_mode.state_dict())
     graphs = [layered(5, 12, seed=3), towers(4, 3, seed=5, nasnet=True), transformer(2, 4, seed=7),
               layered(4, 8, seed=11, training=False)]
-    devices = [mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4))),
-               mesh(Device("a", "gpu", 1.0, 80e9), Device("b", "gpu", 1.0, 80e9),
-                    Device("c", "gpu_half", 0.5, 40e9), Device("d", "gpu_half", 0.5, 40e9), bandwidth_Bps=2e9)]
     differs = 0
-    for graph in graphs:
-        for dev in devices:
-            objective = bind_objective("step", graph, dev)
-            heft = HeftPlacer().place(objective).placement
-            heft_groups = heft[[int(m[0]) for m in graph.group_members]]
-            for net, exact in ((heft_mode, True), (v1_mode, False)):
-                task = Task.build(graph.name, objective, reference_s=1.0, order_by=net.config.order)
-                got = decode(task.problem, net.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
-                if exact:
-                    np.testing.assert_array_equal(got.group_device[0], heft_groups, err_msg=graph.name)
-                else:
-                    differs += not np.array_equal(got.group_device[0], heft_groups)
+    for graph, objective, heft_groups in _heft_cases(graphs):
+        for net, exact in ((heft_mode, True), (v1_mode, False)):
+            task = Task.build(graph.name, objective, reference_s=1.0, order_by=net.config.order)
+            got = decode(task.problem, net.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
+            if exact:
+                np.testing.assert_array_equal(got.group_device[0], heft_groups, err_msg=graph.name)
+            else:
+                differs += not np.array_equal(got.group_device[0], heft_groups)
     assert differs >= 2
 
 
@@ -552,7 +559,6 @@ def test_untrained_policy_on_heft_clock_is_heft_on_every_graph() -> None:
     ``full_rank`` too."""
     import dataclasses
 
-    from simulator.place.heuristics import HeftPlacer
     from workloads.synthetic_compute import layered, towers, transformer
 
     config = NetConfig(hidden=8, layers=1, prior=1.0, insertion=True, order="heft", cost_outputs=False)
@@ -565,19 +571,12 @@ def test_untrained_policy_on_heft_clock_is_heft_on_every_graph() -> None:
     graphs = [load_compute_graph("nasnetamobile"), load_compute_graph("bert_l-3_training"),
               load_compute_graph("bert_l-3_inference"), layered(5, 12, seed=3), towers(4, 3, seed=5, nasnet=True),
               transformer(2, 4, seed=7)]
-    devices = [mesh(*(Device(f"g{i}", "gpu", 1.0, 80e9) for i in range(4))),
-               mesh(Device("a", "gpu", 1.0, 80e9), Device("b", "gpu", 1.0, 80e9),
-                    Device("c", "gpu_half", 0.5, 40e9), Device("d", "gpu_half", 0.5, 40e9), bandwidth_Bps=2e9)]
     block_differs = 0
-    for graph in graphs:
-        for dev in devices:
-            objective = bind_objective("step", graph, dev)
-            heft = HeftPlacer().place(objective).placement
-            heft_groups = heft[[int(m[0]) for m in graph.group_members]]
-            task = Task.build(graph.name, objective, reference_s=1.0, order_by="heft")
-            got = decode(task.problem, net.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
-            np.testing.assert_array_equal(got.group_device[0], heft_groups, err_msg=graph.name)
-            task = Task.build(graph.name, objective, reference_s=1.0, order_by="full_rank")
-            got = decode(task.problem, block.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
-            block_differs += not np.array_equal(got.group_device[0], heft_groups)
+    for graph, objective, heft_groups in _heft_cases(graphs):
+        task = Task.build(graph.name, objective, reference_s=1.0, order_by="heft")
+        got = decode(task.problem, net.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
+        np.testing.assert_array_equal(got.group_device[0], heft_groups, err_msg=graph.name)
+        task = Task.build(graph.name, objective, reference_s=1.0, order_by="full_rank")
+        got = decode(task.problem, block.scorer_weights(task.problem), batch=1, greedy=True, keep=False)
+        block_differs += not np.array_equal(got.group_device[0], heft_groups)
     assert block_differs >= 4  # nasnetamobile and BERT-L-3 on both device sets at least
