@@ -208,7 +208,7 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
             c_out_sum = np.zeros((b, d))
         dur = np.where(run, p.first_pass_s[grp], 0.0)
         if clock is not None:
-            node = clock.advance(grp, dev_of)
+            node = clock.advance(grp)
             start, eft = clock.price(node)
         elif weights.insertion:
             start = earliest_starts(busy_start, busy_end, busy_n, ready, dur)

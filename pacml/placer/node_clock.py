@@ -19,12 +19,9 @@ from pacml.placer.slots import earliest_starts, insert
 from simulator.place.objectives import BoundObjective
 
 
-def heft_sequence(objective: BoundObjective) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """HEFT's node order over the whole step and the phase of each position (see
-    :class:`simulator.place.heuristics.HeftPlacer`)."""
-    from simulator.place.heuristics import _Problem  # noqa: PLC0415 - HEFT's own ranks and phases
-
-    hp = _Problem(objective)
+def heft_sequence(hp) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """HEFT's node order over the whole step and the phase of each position, from HEFT's own
+    problem view ``hp`` (:class:`simulator.place.heuristics._Problem`; see ``HeftPlacer``)."""
     seq, phase_of = [], []
     for k, phase in enumerate(hp.phases):
         rank = hp.upward_rank(phase)
@@ -38,10 +35,11 @@ class NodePlan:
     """Placement-independent arrays of the clock (built once per problem)."""
 
     def __init__(self, objective: BoundObjective) -> None:
-        from simulator.place.heuristics import _Problem  # noqa: PLC0415
+        from pacml.placer.problem import bucket  # noqa: PLC0415 - problem.py imports this module lazily
+        from simulator.place.heuristics import _Problem  # noqa: PLC0415 - HEFT's own ranks and phases
 
         hp = _Problem(objective)
-        self.seq, self.phase = heft_sequence(objective)
+        self.seq, self.phase = heft_sequence(hp)
         self.group = hp.group
         self.time_s = hp.time_s
         self.group_time_s = hp.group_time_s
@@ -54,6 +52,8 @@ class NodePlan:
                 first[self.group[v]] = pos
         #: Position in ``seq`` where each group is decided (its first node in HEFT's order).
         self.decision_pos = first
+        #: Nodes of each group (a decision fixes all of their devices at once).
+        self.members = bucket(self.group, np.arange(hp.n), hp.num_groups)
         self.n, self.d = hp.n, hp.d
 
 
@@ -72,6 +72,8 @@ class NodeClock:
         self.pos = 0
         self.cur_phase = int(plan.phase[0]) if len(plan.phase) else 0
         self.rows = np.arange(batch)
+        # Device of every node of a placed group, kept as decisions commit (-1: not placed yet).
+        self.node_dev = np.full((batch, n), -1, dtype=np.int64)
 
     def _enter(self, pos: int) -> None:
         """Start a new phase at ``pos`` if it begins one: HEFT's barrier between phases."""
@@ -97,11 +99,11 @@ class NodeClock:
         t = self.plan.time_s[v]
         return np.where(np.isfinite(t), t, 0.0)
 
-    def advance(self, grp: int, dev_of: NDArray[np.int64]) -> int:
-        """Schedule every node before group ``grp``'s decision (their groups are placed, in
-        ``dev_of`` ``(B, G)``); returns the decision node."""
+    def advance(self, grp: int) -> int:
+        """Schedule every node before group ``grp``'s decision (their groups are placed already);
+        returns the decision node."""
         target = int(self.plan.decision_pos[grp])
-        node_dev = dev_of[:, self.plan.group]                                  # (B, N)
+        node_dev = self.node_dev
         while self.pos < target:
             v = int(self.plan.seq[self.pos])
             self._enter(self.pos)
@@ -111,17 +113,17 @@ class NodeClock:
             self._commit(v, dev, start[self.rows, dev], start[self.rows, dev] + dur[dev])
             self.pos += 1
         self._enter(self.pos)
-        self._node_dev = node_dev
         return int(self.plan.seq[self.pos])
 
     def price(self, v: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``(start, finish)`` ``(B, D)`` of decision node ``v`` on every device."""
         dur = self._duration(v)
-        start = earliest_starts(self.starts, self.ends, self.count, self._arrival(v, self._node_dev), dur)
+        start = earliest_starts(self.starts, self.ends, self.count, self._arrival(v, self.node_dev), dur)
         return start, start + dur[None, :]
 
     def decide(self, v: int, choice: NDArray[np.int64], start: NDArray[np.float64], finish: NDArray[np.float64]) -> None:
-        """Commit decision node ``v`` on ``choice`` ``(B,)``."""
+        """Commit decision node ``v`` (and so its whole group) on ``choice`` ``(B,)``."""
+        self.node_dev[:, self.plan.members[int(self.plan.group[v])]] = choice[:, None]
         self._commit(v, choice, start[self.rows, choice], finish[self.rows, choice])
         self.pos += 1
 
