@@ -301,11 +301,17 @@ class AdaptivePolicy:
             near a boundary between rules their noise alone flips the pick from job to job; the
             average is the running mean over the first ``selector_memory`` jobs, then an
             exponential average with that time constant.
+        critic: A deviation critic trained around this agent (:mod:`pacml.adaptive_critic`; file,
+            directory or shipped name): on clusters of its training size, the rule's degree is
+            replaced by a feasible one the critic predicts blocks more than ``critic_margin``
+            fewer jobs. ``None``: the rule's degree always.
+        critic_margin: Expected blocked jobs of that margin (``None``: the critic's recorded one).
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
-                 shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1) -> None:
+                 shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
+                 critic: str | Path | None = None, critic_margin: float | None = None) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -339,6 +345,30 @@ class AdaptivePolicy:
         # The window the selector was trained with (checkpoints before the option: 64).
         self.tracker = ConditionTracker(int(self.meta.get("train_config", {}).get("window", WINDOW)))
         self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
+        self._critic: Any = None
+        self._critic_servers = 0
+        if critic is not None:
+            from pacml.critic import load_critic
+
+            self._critic, critic_meta = load_critic(critic)
+            if critic_meta.get("kind") != "adaptive":
+                raise ConfigError(f"{critic} is a per-beta critic (policy=pacml_critic), not the adaptive agent's",
+                                  field="policy.critic")
+            self._critic_servers = int(critic_meta["num_servers"])
+            if critic_margin is None:
+                critic_margin = critic_meta.get("margin_jobs")
+        if critic_margin is None:
+            critic_margin = 0.0
+        if not (isinstance(critic_margin, int | float) and not isinstance(critic_margin, bool)
+                and math.isfinite(critic_margin) and critic_margin >= 0):
+            raise ConfigError(f"must be a finite number >= 0 or null, got {critic_margin!r}",
+                              field="policy.critic_margin")
+        self.critic_margin = float(critic_margin)
+        #: Decisions the critic changed in the current episode.
+        self.critic_changed = 0
+        #: The rule the last decision followed, and the condition features it was picked from.
+        self.last_rule: Rule | None = None
+        self.last_condition: NDArray[np.float32] | None = None
         #: Rule used for each decision of the current episode (labels), for analysis.
         self.chosen: list[str] = []
         #: Shadow clusters of the current episode (empty without shadows or before the first job).
@@ -353,6 +383,9 @@ class AdaptivePolicy:
         self._mean_scores = None
         self._scored = 0
         self.chosen = []
+        self.critic_changed = 0
+        self.last_rule = None
+        self.last_condition = None
         self.shadows = []
         self._following = None
         self._discordant = np.zeros((0, 0), dtype=np.int64)
@@ -368,7 +401,8 @@ class AdaptivePolicy:
     def _scores(self, job: JobSpec, state: ClusterState) -> tuple[list[Rule], NDArray[np.float64]]:
         self.tracker.observe(job)
         rules, feats = self._rule_table(state.topology)
-        scores = self.weights.scores(self.tracker.features(state.topology), feats)
+        self.last_condition = self.tracker.features(state.topology)
+        scores = self.weights.scores(self.last_condition, feats)
         if self.selector_memory == 1:
             return rules, scores
         if self._mean_scores is None:  # the episode's first job (reset clears it)
@@ -413,7 +447,35 @@ class AdaptivePolicy:
             if self._following is not None:
                 rule = self.shadows[self._following].rule
         self.chosen.append(rule.label)
-        return Decision(rule.degree(state))
+        self.last_rule = rule
+        degree = rule.degree(state)
+        if self._critic is not None and state.topology.num_servers == self._critic_servers:
+            degree = self._critique(job, state, rule, degree)
+        return Decision(degree)
+
+    def _critique(self, job: JobSpec, state: ClusterState, rule: Rule, degree: int) -> int:
+        """``degree``, or the feasible degree the critic predicts blocks more than
+        ``critic_margin`` fewer jobs (:mod:`pacml.adaptive_critic`)."""
+        import torch
+
+        from pacml.adaptive_critic import observation
+        from pacml.critic import critic_inputs
+
+        assert self.last_condition is not None and self._critic is not None
+        obs = observation(job, state, rule, self.last_condition, degree)
+        mask = obs["mask"]
+        if mask.sum() <= 1:
+            return degree
+        base = int(np.argmax(obs["actions"][:, -1]))
+        s, a = critic_inputs(obs["globals"][None], obs["actions"][None], obs["servers"][None], obs["take"][None])
+        with torch.no_grad():
+            pred = self._critic(torch.from_numpy(s), torch.from_numpy(a))[0].numpy().astype(np.float64)
+        pred = np.where(mask, pred - pred[base], np.inf)
+        best = int(np.argmin(pred))
+        if best != base and pred[best] < -self.critic_margin:
+            self.critic_changed += 1
+            return best
+        return degree
 
 
 # ---------------------------------------------------------------------------- training conditions

@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -40,6 +40,10 @@ from simulator.policies.heuristics import min_feasible_degree
 from simulator.policy import Decision, Policy
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec, Workload
+
+#: One future arrival: (gap to the previous arrival, graph, beta, training steps).
+FutureJob = tuple[float, TrainingGraph, float, int]
+Future = list[FutureJob]
 
 
 class RolloutCluster:
@@ -132,7 +136,7 @@ class RolloutLookahead:
         self.min_history = min_history
         self.futures = futures
         self.seed = seed
-        self._pool: list[tuple[float, TrainingGraph, float, int]] = []
+        self._pool: list[FutureJob] = []
         self._pool_source: int | None = None
         self.stats = {"decisions": 0, "planned": 0, "changed": 0}
         #: Expected blocked jobs per candidate degree at the last planned decision (``{}`` when
@@ -143,7 +147,7 @@ class RolloutLookahead:
     def reset(self, seed: int | None = None) -> None:
         """Start an episode: forget the observed jobs, reseed the sampler."""
         self._rng = np.random.default_rng([self.seed, 0 if seed is None else int(seed)])
-        self._seen: list[tuple[float, TrainingGraph, float, int]] = []  # (gap_s, graph, beta, steps)
+        self._seen: list[FutureJob] = []  # (gap_s, graph, beta, steps)
         self._last_arrival_s: float | None = None
         if self.default is not None:
             self.default.reset(seed)
@@ -154,7 +158,7 @@ class RolloutLookahead:
         uses, and shared by all episodes."""
         if self.futures != "workload" or self._pool_source == id(workload):
             return
-        pool: list[tuple[float, TrainingGraph, float, int]] = []
+        pool: list[FutureJob] = []
         for stream in range(self.POOL_STREAMS):
             jobs = list(itertools.islice(workload.jobs(2**40 + 7919 * stream), self.POOL_JOBS))
             pool += [(b.arrival_time_s - a.arrival_time_s, b.graph, b.beta, b.num_training_steps)
@@ -168,10 +172,10 @@ class RolloutLookahead:
             self._seen.append((gap, job.graph, job.beta, job.num_training_steps))
 
     def _blocked_in_future(self, engine: Feasibility, now_s: float, running: list[tuple[float, int]],
-                           occupied: int, future: list[tuple[float, TrainingGraph, float, int]],
-                           horizon_s: float | None, paper: bool) -> int:
-        """Blocked jobs among ``future`` under the base rule (+ running at the horizon, if the
-        run counts those)."""
+                           occupied: int, future: Future, horizon_s: float | None, paper: bool,
+                           rollout_degree: Callable[[FeasibilityTable], int] | None = None) -> int:
+        """Blocked jobs among ``future`` under the base rule (or ``rollout_degree``) (+ running at
+        the horizon, if the run counts those)."""
         cluster = RolloutCluster(engine, occupied, running)
         blocked, t = 0, now_s
         k = self.rollout_min_degree
@@ -182,10 +186,45 @@ class RolloutLookahead:
                 reached_horizon = True
                 break
             table = cluster.table(JobSpec(-1, t, graph, beta, steps))
-            blocked += not cluster.start(table, min_feasible_degree(table, k))
+            degree = min_feasible_degree(table, k) if rollout_degree is None else rollout_degree(table)
+            blocked += not cluster.start(table, degree)
         if paper and reached_horizon:
             blocked += cluster.running_after(horizon_s)  # type: ignore[arg-type]
         return blocked
+
+    def sample_futures(self, source: list[FutureJob] | None = None) -> list[Future]:
+        """``num_futures`` futures of ``window_jobs`` arrivals: contiguous stretches of the
+        workload pool, or (``futures=observed``) jobs resampled from those seen."""
+        if source is None:
+            source = self._pool if self.futures == "workload" else self._seen
+        if source is self._pool:  # contiguous stretches of independent streams
+            starts = self._rng.integers(0, len(source) - self.window_jobs, size=self.num_futures)
+            return [source[i:i + self.window_jobs] for i in starts]
+        idx = self._rng.integers(0, len(source), size=(self.num_futures, self.window_jobs))
+        return [[source[i] for i in row] for row in idx]
+
+    def scores(self, state: ClusterState, candidates: Sequence[int], futures: list[Future],
+               rollout_degree: Callable[[FeasibilityTable], int] | None = None) -> dict[int, float]:
+        """Expected blocked jobs (the arriving one included) after each candidate degree (0:
+        reject), over ``futures`` decided by the base rule, or by ``rollout_degree`` (a function
+        of a job's feasibility table, e.g. another rule's)."""
+        table = state.feasibility
+        engine = table.engine
+        paper = state.horizon_accounting == "paper"
+        running = list(state.running)
+        scores: dict[int, float] = {}
+        for d in candidates:
+            if d == 0:
+                occupied, run, now_blocked = state.occupied_mask, running, 1
+            else:
+                placement, jct = table.placement(d), table.jct_s(d)
+                assert placement is not None and jct is not None
+                occupied = state.occupied_mask | placement.mask
+                run, now_blocked = [*running, (state.time_s + jct, placement.mask)], 0
+            scores[d] = now_blocked + float(np.mean(
+                [self._blocked_in_future(engine, state.time_s, run, occupied, f, state.horizon_s, paper,
+                                         rollout_degree) for f in futures]))
+        return scores
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The default action, or the action whose rollouts block clearly fewer jobs."""
@@ -204,27 +243,7 @@ class RolloutLookahead:
         if len(candidates) == 1:
             return default
         self.stats["planned"] += 1
-        if source is self._pool:  # contiguous stretches of independent streams
-            starts = self._rng.integers(0, len(source) - self.window_jobs, size=self.num_futures)
-            futures = [source[i:i + self.window_jobs] for i in starts]
-        else:
-            idx = self._rng.integers(0, len(source), size=(self.num_futures, self.window_jobs))
-            futures = [[source[i] for i in row] for row in idx]
-        engine = table.engine
-        paper = state.horizon_accounting == "paper"
-        running = list(state.running)
-        scores: dict[int, float] = {}
-        for d in candidates:
-            if d == 0:
-                occupied, run, now_blocked = state.occupied_mask, running, 1
-            else:
-                placement, jct = table.placement(d), table.jct_s(d)
-                assert placement is not None and jct is not None
-                occupied = state.occupied_mask | placement.mask
-                run, now_blocked = [*running, (state.time_s + jct, placement.mask)], 0
-            scores[d] = now_blocked + float(np.mean(
-                [self._blocked_in_future(engine, state.time_s, run, occupied, f, state.horizon_s, paper)
-                 for f in futures]))
+        scores = self.scores(state, candidates, self.sample_futures(source))
         self.last_scores = scores
         base = default.degree if default.degree in scores else 0
         best = min(candidates, key=lambda d: (scores[d], d))
