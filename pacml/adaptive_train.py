@@ -28,7 +28,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pacml.adaptive import WINDOW, SelectorWeights, sample_condition, save_adaptive, teacher_search
+from pacml.adaptive import (
+    WINDOW,
+    SelectorWeights,
+    label_blocking,
+    sample_condition,
+    save_adaptive,
+    teacher_search,
+)
 from pacml.env import TRAIN_SEED_LOW
 from workloads.io import atomic_write, atomic_write_text
 
@@ -57,6 +64,7 @@ class AdaptiveTrainConfig:
     core_frac: float = 0.0
     scenario: str = "paper"
     window: int = WINDOW
+    label_horizon_s: float | None = 1.0e6
 
 
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
@@ -76,11 +84,11 @@ def _search_worker(args: tuple[list[str], list[int], str, int]) -> tuple[str, fl
     start = time.perf_counter()
     res = teacher_search(overrides, seeds, window=window)
     meta = json.dumps({"overrides": res["overrides"], "seeds": res["seeds"], "rules": res["rules"],
-                       "window": window})
+                       "window": window, "horizon_s": res["horizon_s"]})
 
     def write(fh: Any) -> None:
-        np.savez(fh, blocking=res["blocking"], rule_features=res["rule_features"], conditions=res["conditions"],
-                 meta=np.frombuffer(meta.encode(), dtype=np.uint8))
+        np.savez(fh, blocking=res["blocking"], end_blocking=res["end_blocking"], rule_features=res["rule_features"],
+                 conditions=res["conditions"], meta=np.frombuffer(meta.encode(), dtype=np.uint8))
 
     atomic_write(path, write)
     return path, time.perf_counter() - start
@@ -90,8 +98,16 @@ def load_condition(path: Path) -> dict[str, Any]:
     """One teacher-search result file."""
     with np.load(path, allow_pickle=False) as data:
         out = {k: data[k] for k in ("blocking", "rule_features", "conditions")}
+        # Searches before the end-of-horizon split: no end term known (labels stay as simulated).
+        out["end_blocking"] = data["end_blocking"] if "end_blocking" in data.files else None
         out |= json.loads(bytes(data["meta"]).decode())
     return out
+
+
+def labels(result: dict[str, Any], cfg: AdaptiveTrainConfig) -> np.ndarray:
+    """Mean blocking per rule of one condition, as the fit sees it (:func:`pacml.adaptive.label_blocking`)."""
+    return label_blocking(result["blocking"], result.get("end_blocking"), result.get("horizon_s"),
+                          cfg.label_horizon_s).mean(axis=1)
 
 
 def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: bool = True,
@@ -136,7 +152,7 @@ def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: b
     return sorted(folder.glob("*.npz"))
 
 
-def _dataset(results: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
+def _dataset(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> tuple[Any, Any, Any]:
     """Padded tensors: condition samples ``(N, C)``, their rules ``(N, R, F)``, regrets ``(N, R)``
     (``inf`` pads missing rules)."""
     import torch
@@ -144,7 +160,7 @@ def _dataset(results: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
     width = max(len(r["rules"]) for r in results)
     conds, rules, regrets = [], [], []
     for r in results:
-        mean = r["blocking"].mean(axis=1)
+        mean = labels(r, cfg)
         regret = np.full(width, np.inf)
         regret[: len(mean)] = mean - mean.min()
         feats = np.zeros((width, r["rule_features"].shape[1]), dtype=np.float32)
@@ -169,8 +185,8 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.torch_threads)
-    xc, xr, reg = _dataset(train)
-    vc, vr, vreg = _dataset(val) if val else (xc, xr, reg)
+    xc, xr, reg = _dataset(train, cfg)
+    vc, vr, vreg = _dataset(val, cfg) if val else (xc, xr, reg)
     for column in drop:
         xc[:, column] = 0.0
         vc[:, column] = 0.0
@@ -224,14 +240,15 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
                                       "train_regret": rows[-1]["train_regret"] if rows else math.nan}
 
 
-def baseline_regrets(results: list[dict[str, Any]]) -> dict[str, float]:
+def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | None = None) -> dict[str, float]:
     """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
+    cfg = cfg or AdaptiveTrainConfig(label_horizon_s=None)
     out: dict[str, float] = {}
     common = set.intersection(*(set(r["rules"]) for r in results)) if results else set()
     for label in sorted(common):
         vals = []
         for r in results:
-            mean = r["blocking"].mean(axis=1)
+            mean = labels(r, cfg)
             vals.append(mean[r["rules"].index(label)] - mean.min())
         out[label] = float(np.mean(vals))
     return out
@@ -259,7 +276,7 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True) -> dic
 
         raise ConfigError("no training condition finished within the time budget", field="adaptive.time_budget_s")
     weights, stats = fit(cfg, tr, val, out_dir, start + budget)
-    base = baseline_regrets(val)
+    base = baseline_regrets(val, cfg)
     best_fixed = min(base, key=base.get) if base else None
     meta = {"train_config": asdict(cfg), "conditions": len(results)}
     save_adaptive(out_dir / "adaptive.npz", weights, meta)
@@ -311,7 +328,8 @@ def command() -> Any:
               "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
               "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
               "torch_threads": count, "batch_rows": count, "core_frac": Rule(float, low=0.0, high=1.0),
-              "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2)}
+              "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
+              "label_horizon_s": Rule(float | None, low=0.0, low_open=True)}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
 

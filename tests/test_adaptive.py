@@ -16,6 +16,7 @@ from pacml.adaptive import (
     Rule,
     SelectorWeights,
     ShadowCluster,
+    label_blocking,
     load_adaptive,
     rule_candidates,
     rule_features,
@@ -300,6 +301,21 @@ def test_teacher_search_equals_one_simulation_per_rule(over) -> None:
     np.testing.assert_array_equal(fast["blocking"], full["blocking"])
     np.testing.assert_array_equal(fast["conditions"], full["conditions"])
     assert len(set(np.round(fast["blocking"][:, 0], 6))) > 1  # the rules differ here, so equality means something
+    # The share blocked for running at the horizon (paper accounting only) agrees too, and is part of the blocking.
+    np.testing.assert_allclose(fast["end_blocking"], full["end_blocking"], rtol=0, atol=1e-12)
+    horizon = [float(o.split("=")[1]) for o in over if o.startswith("horizon_s=")][-1]
+    assert fast["horizon_s"] == full["horizon_s"] == horizon
+    assert np.all(fast["end_blocking"] <= fast["blocking"])
+    assert (fast["end_blocking"].max() > 0) == ("scenario=paper" in over)
+
+
+def test_labels_count_the_end_of_horizon_term_for_the_label_horizon() -> None:
+    """A job running at the horizon is as many jobs in a longer episode, a smaller share of it."""
+    blocking, end = np.array([[0.30, 0.20]]), np.array([[0.10, 0.05]])
+    np.testing.assert_allclose(label_blocking(blocking, end, 2.5e5, 1e6), [[0.225, 0.1625]])
+    for horizon, label in ((2.5e5, None), (1e6, 1e6), (2e6, 1e6)):  # off, or not shorter: as simulated
+        assert label_blocking(blocking, end, horizon, label) is blocking
+    assert label_blocking(blocking, None, 2.5e5, 1e6) is blocking  # searches that did not record the term
 
 
 def _synthetic_results(n: int, rng: np.random.Generator) -> list[dict]:
