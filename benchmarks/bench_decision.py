@@ -118,12 +118,13 @@ def _warm_kernels(overrides: list[str]) -> None:
 
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
             max_decisions: int | None = None, thaw: bool = False, adaptive: str | None = None,
-            shadow_rules: int = 0) -> dict[str, Any]:
+            shadow_rules: int = 0, critic: str | None = None) -> dict[str, Any]:
     """Cold-cache latency of every decision of ``episodes`` episodes (seeds 0..episodes-1; at
     most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`;
     ``adaptive``: time the adaptive agent of that checkpoint (``policy=pacml_adaptive``) instead:
     its ``features`` are the condition features, its ``forward`` the selector's scores; with
-    ``shadow_rules`` shadow clusters, whose simulation is in the total and their queries in the parts)."""
+    ``shadow_rules`` shadow clusters, whose simulation is in the total and their queries in the parts;
+    ``critic``: with its deviation critic, in the total)."""
     torch.set_num_threads(1)
     overrides = ["scenario=paper", f"beta={beta}", f"cluster={cluster}"]
     if interarrival_s is not None:
@@ -142,7 +143,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         else:
             from pacml.adaptive import AdaptivePolicy
 
-            policy = AdaptivePolicy(adaptive, shadow_rules=shadow_rules)
+            policy = AdaptivePolicy(adaptive, shadow_rules=shadow_rules, shadow_max_servers=256, critic=critic)
         policy.reset(seed)
         timer = _Timer()
         placer, step_model = feas.placer, feas.step_model
@@ -225,16 +226,18 @@ def main() -> None:
                         help="time the adaptive agent of this checkpoint (policy=pacml_adaptive) instead")
     parser.add_argument("--shadow-rules", type=int, default=0,
                         help="with --adaptive: shadow clusters for this many rules (policy.shadow_rules)")
+    parser.add_argument("--critic", default=None, help="with --adaptive: its deviation critic (policy.critic)")
     args = parser.parse_args()
     spinner = _busy_core() if args.busy else None
     load_before = os.getloadavg()[0]
     try:
         result = {"cluster": args.cluster, "busy": spinner is not None, "frozen_heap": not args.no_freeze,
-                  "agent": (f"adaptive {args.adaptive}, {args.shadow_rules} shadow rules" if args.adaptive else
+                  "agent": (f"adaptive {args.adaptive}, {args.shadow_rules} shadow rules, critic {args.critic}"
+                            if args.adaptive else
                             f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree"),
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
                   **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions,
-                          args.no_freeze, args.adaptive, args.shadow_rules)}
+                          args.no_freeze, args.adaptive, args.shadow_rules, args.critic)}
         # Other processes on the host (1-minute load average, the spinner included): wall times
         # above are for this load; CPU times (cpu_*) do not depend on it.
         result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]

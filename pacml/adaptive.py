@@ -470,7 +470,12 @@ class AdaptivePolicy:
         s, a = critic_inputs(obs["globals"][None], obs["actions"][None], obs["servers"][None], obs["take"][None])
         with torch.no_grad():
             pred = self._critic(torch.from_numpy(s), torch.from_numpy(a))[0].numpy().astype(np.float64)
-        pred = np.where(mask, pred - pred[base], np.inf)
+        # Never override to a rejection: rejecting blocks the job for sure and, on a validation
+        # condition with fixed targets the critic rarely saw, rejections it predicted to pay off
+        # cascaded (0.000 -> 0.420 blocking; BENCHMARKS.md §10).
+        allowed = mask.copy()
+        allowed[0] = False
+        pred = np.where(allowed, pred - pred[base], np.inf)
         best = int(np.argmin(pred))
         if best != base and pred[best] < -self.critic_margin:
             self.critic_changed += 1

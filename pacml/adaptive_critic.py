@@ -320,9 +320,12 @@ def train(cfg: CriticTrainConfig, out_dir: Path, progress: bool = True) -> dict[
     meta |= {"margin_jobs": float(best) if best is not None else max(cfg.margins),
              "validation_blocking": means, "helps_on_validation": bool(helps)}
     save_critic(path, critic, meta)
+    per_condition = [{"overrides": episode_overrides(cfg, VAL_INDEX_BASE + i), "seed": VAL_SEED_BASE + i,
+                      **{k: table[k].get(i) for k in sorted(table)}} for i in range(cfg.val_conditions)]
     summary = {"episodes": len(paths), "decisions": int(len(demos["scores"])), "collect_s": collect_s,
                "total_s": time.monotonic() - start, "fit_losses": losses, **{k: meta[k] for k in (
-                   "margin_jobs", "validation_blocking", "helps_on_validation")}}
+                   "margin_jobs", "validation_blocking", "helps_on_validation")},
+               "validation_per_condition": per_condition}
     atomic_write_text(out_dir / "train_summary.json", json.dumps(summary, indent=2))
     atomic_write_text(used_file, json.dumps({"seconds": time.monotonic() - start}))
     log.info("adaptive critic: %d decisions from %d episodes; validation blocking %s; margin %s; %s",

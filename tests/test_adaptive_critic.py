@@ -89,16 +89,17 @@ def test_collected_episode_scores_exactly_the_feasible_degrees(tmp_path) -> None
         assert np.all(scores[:, 0] >= 1.0)
 
 
-def _critic_file(tmp_path, keen: bool, servers: int = 32, margin: float = 0.1):
+def _critic_file(tmp_path, keen: bool | None, servers: int = 32, margin: float = 0.1):
     """A critic scoring ``-5 x degree`` when ``keen`` (the largest feasible degree looks best by
-    at least 5 jobs a step), else 0 for every action."""
+    at least 5 jobs a step), ``+5 x degree`` when ``keen is None`` (rejecting looks best), else 0
+    for every action."""
     critic = DeviationCritic(33 + 32 * 2, 12 + 33, hidden=8)
     with torch.no_grad():
         for p in critic.parameters():
             p.zero_()
-        if keen:  # action column 1 is degree / max degree (16): relu(d / 16) * -80 = -5 d
+        if keen is not False:  # action column 1 is degree / max degree (16): relu(d / 16) * -80 = -5 d
             critic.head[0].weight[0, 8 + 1] = 1.0
-            critic.head[2].weight[0, 0] = -80.0
+            critic.head[2].weight[0, 0] = -80.0 if keen else 80.0
     path = tmp_path / f"critic_{keen}_{servers}.pt"
     save_critic(path, critic, {"kind": "adaptive", "num_servers": servers, "margin_jobs": margin,
                                "agent_checkpoint": "paper_adaptive"})
@@ -134,6 +135,12 @@ def test_critic_overrides_with_feasible_degrees_only_and_only_on_its_cluster_siz
     # With a margin above anything it predicts it never overrides.
     shy = AdaptivePolicy("paper_adaptive", critic=_critic_file(tmp_path, True), critic_margin=1000.0)
     assert _episode(shy, PAPER_C)[0] == alone and shy.critic_changed == 0
+    # One that rates rejecting best (and small degrees better than large) never rejects a job
+    # some degree can take: it takes small degrees instead.
+    rejecter = AdaptivePolicy("paper_adaptive", critic=_critic_file(tmp_path, None))
+    got, largest = _episode(rejecter, PAPER_C)
+    assert rejecter.critic_changed > 0
+    assert all(g > 0 for g, top in zip(got, largest, strict=True) if top > 0)
     # Trained on another cluster size: ignored here.
     other = AdaptivePolicy("paper_adaptive", critic=_critic_file(tmp_path, True, servers=64))
     assert _episode(other, PAPER_C)[0] == alone and other.critic_changed == 0
