@@ -64,7 +64,7 @@ class AdaptiveTrainConfig:
     core_frac: float = 0.0
     scenario: str = "paper"
     window: int = WINDOW
-    label_horizon_s: float | None = 1.0e6
+    label_horizon_s: float | None = None
 
 
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
