@@ -248,33 +248,18 @@ def _validate_worker(args: tuple[CriticTrainConfig, int, str | None, float]) -> 
 
 def _run_pool(cfg: CriticTrainConfig, worker: Any, tasks: list[Any], deadline: float, what: str,
               progress: bool) -> list[Any]:
-    """Run ``tasks`` in ``cfg.workers`` processes until done or ``deadline`` (``time.monotonic``)."""
-    import multiprocessing as mp
+    """:func:`pacml.adaptive_train.run_until` with a progress line every 10 tasks."""
+    from pacml.adaptive_train import run_until
 
-    out: list[Any] = []
-    start = time.monotonic()
-    pool = mp.get_context("forkserver").Pool(cfg.workers)
-    try:
-        pending: list[Any] = []
-        queue = list(tasks)
-        while queue or pending:
-            while queue and len(pending) < cfg.workers and time.monotonic() < deadline:
-                pending.append(pool.apply_async(worker, (queue.pop(0),)))
-            if time.monotonic() >= deadline:
-                log.info("%s: time budget reached with %d tasks unfinished", what, len(queue) + len(pending))
-                break
-            finished = [p for p in pending if p.ready()]
-            for p in finished:
-                pending.remove(p)
-                out.append(p.get())
-                if progress and len(out) % 10 == 0:
-                    log.info("%s: %d of %d done (%.0f s)", what, len(out), len(tasks), time.monotonic() - start)
-            if not finished:
-                time.sleep(0.2)
-    finally:
-        pool.terminate()
-        pool.join()
-    return out
+    start, count = time.monotonic(), 0
+
+    def finished(_: Any) -> None:
+        nonlocal count
+        count += 1
+        if progress and count % 10 == 0:
+            log.info("%s: %d of %d done (%.0f s)", what, count, len(tasks), time.monotonic() - start)
+
+    return run_until(worker, tasks, cfg.workers, deadline, finished)
 
 
 def train(cfg: CriticTrainConfig, out_dir: Path, progress: bool = True) -> dict[str, Any]:

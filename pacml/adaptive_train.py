@@ -110,6 +110,35 @@ def labels(result: dict[str, Any], cfg: AdaptiveTrainConfig) -> np.ndarray:
                           cfg.label_horizon_s).mean(axis=1)
 
 
+def run_until(worker: Any, tasks: list[Any], workers: int, deadline: float, on_result: Any = None) -> list[Any]:
+    """``worker(task)`` for every task in ``workers`` processes until done or ``deadline``
+    (``time.monotonic``); tasks still running then are stopped and dropped. ``on_result(result)``
+    is called as each one finishes. Returns the finished results."""
+    out: list[Any] = []
+    pool = mp.get_context("forkserver").Pool(workers)
+    try:
+        pending: list[Any] = []
+        queue = list(tasks)
+        while queue or pending:
+            while queue and len(pending) < workers and time.monotonic() < deadline:
+                pending.append(pool.apply_async(worker, (queue.pop(0),)))
+            if time.monotonic() >= deadline:
+                log.info("time budget reached with %d tasks unfinished", len(queue) + len(pending))
+                break
+            finished = [p for p in pending if p.ready()]
+            for p in finished:
+                pending.remove(p)
+                out.append(p.get())
+                if on_result is not None:
+                    on_result(out[-1])
+            if not finished:
+                time.sleep(0.2)
+    finally:
+        pool.terminate()
+        pool.join()
+    return out
+
+
 def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: bool = True,
            on_done: Any = None) -> list[Path]:
     """Teacher search over the run's conditions until done or ``deadline`` (``time.monotonic``);
@@ -121,34 +150,18 @@ def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: b
     done = cfg.num_conditions - len(todo)
     log.info("teacher search: %d of %d conditions done, %d to go (%d workers)", done, cfg.num_conditions,
              len(todo), cfg.workers)
-    ctx = mp.get_context("forkserver")
-    pool = ctx.Pool(cfg.workers)
-    try:
-        pending: list[Any] = []
-        queue = list(todo)
-        start = time.monotonic()
-        while queue or pending:
-            while queue and len(pending) < cfg.workers and time.monotonic() < deadline:
-                pending.append(pool.apply_async(_search_worker, (queue.pop(0),)))
-            if time.monotonic() >= deadline:
-                log.info("teacher search: time budget reached with %d conditions unfinished",
-                         len(queue) + len(pending))
-                break
-            finished = [p for p in pending if p.ready()]
-            for p in finished:
-                pending.remove(p)
-                path, took = p.get()
-                done += 1
-                if on_done is not None:
-                    on_done()
-                if progress:
-                    log.info("condition %s searched in %.1f s (%d/%d, %.0f s elapsed)", Path(path).stem, took, done,
-                             cfg.num_conditions, time.monotonic() - start)
-            if not finished:
-                time.sleep(0.2)
-    finally:
-        pool.terminate()
-        pool.join()
+    start = time.monotonic()
+
+    def finished(result: tuple[str, float]) -> None:
+        nonlocal done
+        done += 1
+        if on_done is not None:
+            on_done()
+        if progress:
+            log.info("condition %s searched in %.1f s (%d/%d, %.0f s elapsed)", Path(result[0]).stem, result[1],
+                     done, cfg.num_conditions, time.monotonic() - start)
+
+    run_until(_search_worker, todo, cfg.workers, deadline, finished)
     return sorted(folder.glob("*.npz"))
 
 
