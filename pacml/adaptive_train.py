@@ -61,6 +61,7 @@ class AdaptiveTrainConfig:
     weight_decay: float = 1.0e-4
     torch_threads: int = 1
     batch_rows: int = 20000
+    minibatch_rows: int | None = None
     core_frac: float = 0.0
     scenario: str = "paper"
     window: int = WINDOW
@@ -231,13 +232,18 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
         if time.monotonic() >= deadline:
             log.info("fit: time budget reached after %d epochs", epoch)
             break
-        batch = (torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows] if rows_total > cfg.batch_rows
-                 else slice(None))
-        opt.zero_grad()
-        p = torch.softmax(scores(xc[batch], xr[batch], reg[batch]), dim=1)
-        loss = (p * finite(reg[batch])).sum(dim=1).mean()
-        loss.backward()
-        opt.step()
+        if rows_total > cfg.batch_rows:
+            batch = torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows]
+        else:
+            batch = torch.randperm(rows_total, generator=sampler) if cfg.minibatch_rows else torch.arange(rows_total)
+        # One Adam step per epoch (minibatch_rows None, as the shipped agent was fitted), or one per
+        # minibatch_rows of the epoch's rows: many more steps for the same rows.
+        for chunk in torch.split(batch, cfg.minibatch_rows or len(batch)):
+            opt.zero_grad()
+            p = torch.softmax(scores(xc[chunk], xr[chunk], reg[chunk]), dim=1)
+            loss = (p * finite(reg[chunk])).sum(dim=1).mean()
+            loss.backward()
+            opt.step()
         if epoch % 5 == 0 or epoch == cfg.epochs - 1:
             tr, va = argmax_regret(xc[probe], xr[probe], reg[probe]), argmax_regret(vc, vr, vreg)
             rows.append({"epoch": epoch, "loss": float(loss.detach()), "train_regret": tr, "val_regret": va})
@@ -267,8 +273,13 @@ def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | N
     return out
 
 
-def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True) -> dict[str, Any]:
-    """The whole run (resumable in ``out_dir``); writes ``adaptive.npz`` and ``train_summary.json``."""
+def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
+          conditions_dir: Path | None = None) -> dict[str, Any]:
+    """The whole run (resumable in ``out_dir``); writes ``adaptive.npz`` and ``train_summary.json``.
+
+    ``conditions_dir``: another run's teacher search (its ``conditions/``) to fit on instead of
+    searching (a *refit*: the whole budget goes to the fit).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     used_file = out_dir / USED_FILE
     used_before = json.loads(used_file.read_text())["seconds"] if used_file.is_file() else 0.0
@@ -278,7 +289,11 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True) -> dic
         atomic_write_text(used_file, json.dumps({"seconds": time.monotonic() - start}))
 
     budget = cfg.time_budget_s if cfg.time_budget_s else math.inf
-    paths = search(cfg, out_dir, start + budget * cfg.teacher_budget_frac, progress, on_done=record_time)
+    if conditions_dir is None:
+        paths = search(cfg, out_dir, start + budget * cfg.teacher_budget_frac, progress, on_done=record_time)
+    else:
+        paths = sorted(conditions_dir.glob("*.npz"))
+        log.info("refit on the teacher search in %s: %d conditions", conditions_dir, len(paths))
     search_s = time.monotonic() - start
     results = [load_condition(p) for p in paths]
     index = [int(p.stem) for p in paths]
@@ -294,6 +309,7 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True) -> dic
     meta = {"train_config": asdict(cfg), "conditions": len(results)}
     save_adaptive(out_dir / "adaptive.npz", weights, meta)
     summary = {"conditions": len(results), "train_conditions": len(tr), "val_conditions": len(val),
+               **({"refit_of": str(conditions_dir.parent)} if conditions_dir is not None else {}),
                "teacher_search_s": search_s, "total_s": time.monotonic() - start, **stats,
                "val_regret_best_fixed_rule": base.get(best_fixed, math.nan) if best_fixed else math.nan,
                "best_fixed_rule": best_fixed, "val_regret_fixed_rules": base}
@@ -309,6 +325,9 @@ CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
+#: Settings that define a teacher search: a refit (``refit=RUN``) takes them from RUN.
+SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "seed", "core_frac", "scenario",
+               "window")
 
 
 def adaptive_run_dir(resume: str | None, default: str) -> str:
@@ -340,19 +359,32 @@ def command() -> Any:
               "time_budget_s": Rule(float | None, low=0.0, low_open=True),
               "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
               "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
-              "torch_threads": count, "batch_rows": count, "core_frac": Rule(float, low=0.0, high=1.0),
+              "torch_threads": count, "batch_rows": count, "minibatch_rows": Rule(int | None, low=1),
+              "core_frac": Rule(float, low=0.0, high=1.0),
               "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
               "label_horizon_s": Rule(float | None, low=0.0, low_open=True)}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
+            "refit": Rule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
 
     class _Command(HydraCommand):
         def validate(self, cfg: Any, overrides: Any) -> Any:
             cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
-            if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
-                from simulator.errors import ConfigError
+            from simulator.errors import ConfigError
 
+            if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
                 raise ConfigError(f"no pacml-train-adaptive run at {cfg.resume} (no {CONFIG_FILE})", field="resume")
+            if cfg.get("refit"):
+                if cfg.get("resume"):
+                    raise ConfigError("resume and refit exclude each other (a refit writes a new run)", field="refit")
+                source = Path(str(cfg.refit))
+                if not (source / CONFIG_FILE).is_file() or not any((source / "conditions").glob("*.npz")):
+                    raise ConfigError(f"no pacml-train-adaptive teacher search at {cfg.refit} (no {CONFIG_FILE} "
+                                      "or no conditions/*.npz)", field="refit")
+                for key in _override_keys(overrides):
+                    if key.startswith("adaptive.") and key.split(".", 1)[1] in SEARCH_KEYS:
+                        raise ConfigError(f"a refit reuses {cfg.refit}'s teacher search, so its search settings "
+                                          f"({', '.join(SEARCH_KEYS)}) come from that run", field=key)
             return cfg
 
     return _Command(PROG, "train_adaptive", keys=keys, plugins=())
@@ -376,11 +408,19 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
                                   f"may change (start a new run to change {key})", field=key)
             OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
         cfg = saved
+    conditions_dir = None
+    if cfg.get("refit"):
+        # The search settings are the source run's (they describe the conditions fitted on).
+        source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
+        for key in SEARCH_KEYS:
+            if key in source.adaptive:  # else the default, as that run was searched before the key existed
+                OmegaConf.update(cfg, f"adaptive.{key}", source.adaptive[key], merge=False)
+        conditions_dir = Path(str(cfg.refit)) / "conditions"
     data = OmegaConf.to_container(cfg.adaptive, resolve=True)
     assert isinstance(data, dict)
     acfg = AdaptiveTrainConfig(**data)  # type: ignore[arg-type]
     atomic_write_text(out_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg, resolve=True))
-    return train(acfg, out_dir, progress=bool(cfg.get("progress", True)))
+    return train(acfg, out_dir, progress=bool(cfg.get("progress", True)), conditions_dir=conditions_dir)
 
 
 def main() -> None:

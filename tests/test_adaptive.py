@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,11 +333,14 @@ def _synthetic_results(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize(("seed", "batch_rows"), [(0, 20000), (1, 20000), (2, 20000), (0, 60), (1, 60)])
-def test_fit_learns_which_rule_a_condition_needs(tmp_path, seed: int, batch_rows: int) -> None:
+@pytest.mark.parametrize(("seed", "batch_rows", "minibatch_rows"),
+                         [(0, 20000, None), (1, 20000, None), (2, 20000, None), (0, 60, None), (1, 60, None),
+                          (0, 20000, 32), (1, 20000, 32), (2, 60, 16)])
+def test_fit_learns_which_rule_a_condition_needs(tmp_path, seed: int, batch_rows: int,
+                                                 minibatch_rows: int | None) -> None:
     rng = np.random.default_rng(seed)
     train_set, val_set = _synthetic_results(40, rng), _synthetic_results(20, rng)  # 240 training rows
-    cfg = AdaptiveTrainConfig(seed=seed, epochs=150, hidden=16, batch_rows=batch_rows)
+    cfg = AdaptiveTrainConfig(seed=seed, epochs=150, hidden=16, batch_rows=batch_rows, minibatch_rows=minibatch_rows)
     weights, stats = fit(cfg, train_set, val_set, tmp_path, deadline=float("inf"))
     # The best single rule ("b") has regret 0.1 on every condition; the fit must find the switch.
     assert baseline_regrets(val_set)["b"] == pytest.approx(0.1)
@@ -357,14 +361,49 @@ def test_train_end_to_end_and_resume(tmp_path) -> None:
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "conditions").iterdir()} == stamp
 
 
+def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> None:
+    from omegaconf import OmegaConf
+
+    from pacml.adaptive import load_adaptive
+    from pacml.adaptive_train import train_from_config
+
+    source, refit = tmp_path / "source", tmp_path / "refit"
+    base = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")
+    base.pop("hydra")
+    base.progress = False
+    base.adaptive.update({"num_conditions": 3, "seeds_per_condition": 1, "jobs_per_episode": 25, "workers": 1,
+                          "epochs": 10, "hidden": 8, "val_every": 3})
+    train_from_config(base, source)
+    stamp = {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()}
+    again = base.copy()
+    again.refit = str(source)
+    again.adaptive.update({"hidden": 4, "minibatch_rows": 8, "num_conditions": 99})  # the search's keys are the source's
+    summary = train_from_config(again, refit)
+    assert summary["conditions"] == 3 and summary["refit_of"] == str(source)
+    assert not (refit / "conditions").exists()  # nothing simulated
+    assert {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()} == stamp
+    saved = OmegaConf.load(refit / "train_config.yaml")
+    assert saved.adaptive.num_conditions == 3 and saved.adaptive.hidden == 4 and saved.refit == str(source)
+    weights, _ = load_adaptive(refit / "adaptive.npz")
+    assert weights.layers[0][0].shape[0] == 4  # the refit's own network
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("adaptive.workers=0", "field 'adaptive.workers'"),
     ("+adaptive.nope=1", "field 'adaptive.nope': unknown key"),
     ("resume=/no/such/run", "field 'resume': no pacml-train-adaptive run"),
+    ("refit=/no/such/run", "field 'refit': no pacml-train-adaptive teacher search"),
+    ("adaptive.minibatch_rows=0", "field 'adaptive.minibatch_rows'"),
+    ("refit=SOURCE adaptive.seed=3", "field 'adaptive.seed': a refit reuses"),
 ])
 def test_console_command_bad_input_is_one_line(tmp_path, override: str, message: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", "from pacml.adaptive_train import main; main()", override,
-                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    source = tmp_path / "source"
+    (source / "conditions").mkdir(parents=True)
+    (source / "train_config.yaml").write_text("adaptive: {}\n")
+    (source / "conditions" / "0000.npz").write_bytes(b"")
+    args = override.replace("SOURCE", str(source)).split()
+    proc = subprocess.run([sys.executable, "-c", "from pacml.adaptive_train import main; main()", *args,
+                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"pacml-train-adaptive: error: {message}") and proc.stderr.count("\n") == 1
 
