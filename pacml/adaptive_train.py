@@ -250,6 +250,9 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
             if va < best[0]:
                 best = (va, [(m.weight.detach().double().numpy().copy(), m.bias.detach().double().numpy().copy())
                              for m in net if isinstance(m, nn.Linear)], epoch)
+            if epoch % 50 == 0:  # the fit takes minutes: show it moving
+                log.info("fit epoch %d/%d: train regret %.4f, validation %.4f (best %.4f at epoch %d)", epoch,
+                         cfg.epochs, tr, va, best[0], best[2])
     with (out_dir / "metrics.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["epoch", "loss", "train_regret", "val_regret"])
         writer.writeheader()
@@ -325,7 +328,7 @@ CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
-#: Settings that define a teacher search: a refit (``refit=RUN``) takes them from RUN.
+#: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
 SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "seed", "core_frac", "scenario",
                "window")
 
@@ -410,11 +413,14 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
         cfg = saved
     conditions_dir = None
     if cfg.get("refit"):
-        # The search settings are the source run's (they describe the conditions fitted on).
+        # The source run's settings (its search's describe the conditions fitted on), then the
+        # fit settings given on this command line.
         source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
-        for key in SEARCH_KEYS:
-            if key in source.adaptive:  # else the default, as that run was searched before the key existed
-                OmegaConf.update(cfg, f"adaptive.{key}", source.adaptive[key], merge=False)
+        given = {key for key in (item.split("=", 1)[0].lstrip("+~") for item in overrides or [])
+                 if key.startswith("adaptive.")}
+        for key, value in source.get("adaptive", {}).items():
+            if f"adaptive.{key}" not in given and key in cfg.adaptive:
+                OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)
         conditions_dir = Path(str(cfg.refit)) / "conditions"
     data = OmegaConf.to_container(cfg.adaptive, resolve=True)
     assert isinstance(data, dict)

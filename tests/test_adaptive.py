@@ -375,15 +375,20 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
                           "epochs": 10, "hidden": 8, "val_every": 3})
     train_from_config(base, source)
     stamp = {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()}
-    again = base.copy()
+    again = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")  # the defaults, as composed
+    again.pop("hydra")
+    again.progress = False
     again.refit = str(source)
-    again.adaptive.update({"hidden": 4, "minibatch_rows": 8, "num_conditions": 99})  # the search's keys are the source's
-    summary = train_from_config(again, refit)
+    again.adaptive.update({"hidden": 4, "minibatch_rows": 8})
+    summary = train_from_config(again, refit, ["refit=x", "adaptive.hidden=4", "adaptive.minibatch_rows=8"])
     assert summary["conditions"] == 3 and summary["refit_of"] == str(source)
     assert not (refit / "conditions").exists()  # nothing simulated
     assert {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()} == stamp
     saved = OmegaConf.load(refit / "train_config.yaml")
-    assert saved.adaptive.num_conditions == 3 and saved.adaptive.hidden == 4 and saved.refit == str(source)
+    assert saved.refit == str(source)
+    # The source's settings (search and fit), then the fit settings given on the command line.
+    assert (saved.adaptive.num_conditions, saved.adaptive.epochs, saved.adaptive.val_every) == (3, 10, 3)
+    assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows) == (4, 8)
     weights, _ = load_adaptive(refit / "adaptive.npz")
     assert weights.layers[0][0].shape[0] == 4  # the refit's own network
 
