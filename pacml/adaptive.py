@@ -195,6 +195,9 @@ class SelectorWeights:
     """Weights of the selector MLP (numpy), ``score = w3 . relu(W2 relu(W1 [cond, rule] + b1) + b2) + b3``."""
 
     layers: list[tuple[NDArray[np.float64], NDArray[np.float64]]]
+    #: Condition-feature rows of the training conditions (a sample), for :meth:`novelty`; ``None``
+    #: in checkpoints saved before it existed.
+    reference: NDArray[np.float32] | None = None
 
     def scores(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64]:
         """Score of every rule (rows of ``rules``) under condition ``cond``."""
@@ -205,11 +208,28 @@ class SelectorWeights:
                 x = _relu(x)
         return x[:, 0]
 
+    def novelty(self, cond: NDArray[np.float32]) -> float:
+        """Distance from ``cond`` to the nearest training condition, each feature in units of its
+        spread over the training conditions (features constant in training are left out)."""
+        if self.reference is None:
+            raise ValueError("this selector has no reference conditions (saved before they existed)")
+        cache = self.__dict__.get("_scaled")
+        if cache is None:
+            spread = self.reference.std(axis=0).astype(np.float64)
+            keep = spread > 1e-6
+            scaled = self.reference[:, keep].astype(np.float64) / spread[keep]
+            cache = self.__dict__["_scaled"] = (keep, spread[keep], scaled)
+        keep, spread, scaled = cache
+        diff = scaled - np.asarray(cond, dtype=np.float64)[keep] / spread
+        return float(np.sqrt(np.einsum("ij,ij->i", diff, diff).min()))
+
 
 def save_adaptive(path: str | Path, weights: SelectorWeights, meta: dict[str, Any]) -> Path:
     """Write an adaptive-agent checkpoint atomically (numpy arrays in a torch-free pickle-free npz)."""
     arrays = {f"w{i}": w for i, (w, _) in enumerate(weights.layers)}
     arrays |= {f"b{i}": b for i, (_, b) in enumerate(weights.layers)}
+    if weights.reference is not None:
+        arrays["reference"] = weights.reference
     import json
 
     arrays["meta"] = np.frombuffer(json.dumps({"format": ADAPTIVE_FORMAT, "version": ADAPTIVE_VERSION,
@@ -230,6 +250,7 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
             meta = json.loads(bytes(data["meta"]).decode())
             n = int(meta["num_layers"])
             layers = [(data[f"w{i}"].astype(np.float64), data[f"b{i}"].astype(np.float64)) for i in range(n)]
+            reference = data["reference"].astype(np.float32) if "reference" in data.files else None
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc}", field="policy.checkpoint") from None
     if meta.get("format") != ADAPTIVE_FORMAT:
@@ -239,7 +260,7 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
         raise ConfigError(f"{path} takes {inputs} input features, this version computes "
                           f"{CONDITION_FEATURES + RULE_FEATURES}: retrain it (pacml-train-adaptive)",
                           field="policy.checkpoint")
-    return SelectorWeights(layers), meta
+    return SelectorWeights(layers, reference), meta
 
 
 class ShadowCluster:
@@ -306,12 +327,20 @@ class AdaptivePolicy:
             replaced by a feasible one the critic predicts blocks more than ``critic_margin``
             fewer jobs. ``None``: the rule's degree always.
         critic_margin: Expected blocked jobs of that margin (``None``: the critic's recorded one).
+        shadow_novelty: The shadows may overrule the selector only while the condition is this far
+            from its training conditions (:meth:`SelectorWeights.novelty`, averaged over the
+            episode's jobs so far). Near its training data the selector is right more often than
+            the shadows, whose evidence starts from an empty cluster; far from it (other
+            scenarios, unseen graphs) the shadows are. ``None``: always (as before the option).
+        shadow_familiar_z: With ``shadow_novelty`` set, the standard deviations by which a shadow
+            must lead to overrule the selector on a familiar condition (``None``: it never does).
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
-                 critic: str | Path | None = None, critic_margin: float | None = None) -> None:
+                 critic: str | Path | None = None, critic_margin: float | None = None,
+                 shadow_novelty: float | None = None, shadow_familiar_z: float | None = None) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -334,6 +363,25 @@ class AdaptivePolicy:
             raise ConfigError(f"must be an integer >= 1 or null, got {shadow_max_servers!r}",
                               field="policy.shadow_max_servers")
         self.shadow_max_servers = shadow_max_servers
+        if shadow_novelty is not None:
+            if not (isinstance(shadow_novelty, int | float) and not isinstance(shadow_novelty, bool)
+                    and math.isfinite(shadow_novelty) and shadow_novelty >= 0):
+                raise ConfigError(f"must be a finite number >= 0 or null, got {shadow_novelty!r}",
+                                  field="policy.shadow_novelty")
+            if weights.reference is None:
+                raise ConfigError(f"{checkpoint} holds no reference conditions (retrain or refit it with "
+                                  "pacml-train-adaptive), so policy.shadow_novelty cannot be used",
+                                  field="policy.shadow_novelty")
+        if shadow_familiar_z is not None and not (
+                isinstance(shadow_familiar_z, int | float) and not isinstance(shadow_familiar_z, bool)
+                and math.isfinite(shadow_familiar_z) and shadow_familiar_z >= 0):
+            raise ConfigError(f"must be a finite number >= 0 or null, got {shadow_familiar_z!r}",
+                              field="policy.shadow_familiar_z")
+        self.shadow_novelty = shadow_novelty
+        self.shadow_familiar_z = shadow_familiar_z
+        #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
+        self.novelty = 0.0
+        self._novelty_n = 0
         self.weights = weights
         self.shadow_rules = shadow_rules
         self.shadow_warmup = shadow_warmup
@@ -380,6 +428,8 @@ class AdaptivePolicy:
     def reset(self, seed: int | None = None) -> None:
         """A new episode: forget the arrivals seen and the shadows."""
         self.tracker.reset()
+        self.novelty = 0.0
+        self._novelty_n = 0
         self._mean_scores = None
         self._scored = 0
         self.chosen = []
@@ -417,10 +467,23 @@ class AdaptivePolicy:
         rules, scores = self._scores(job, state)
         return rules[int(np.argmax(scores))]
 
-    def _leads(self, a: int, b: int) -> bool:
+    def _familiar(self) -> bool:
+        """Whether the condition is close to the selector's training data (``shadow_novelty``);
+        updates the episode's mean novelty with the current job's condition."""
+        if self.shadow_novelty is None:
+            return False
+        assert self.last_condition is not None
+        self._novelty_n += 1
+        self.novelty += (self.weights.novelty(self.last_condition) - self.novelty) / self._novelty_n
+        return self.novelty <= self.shadow_novelty
+
+    def _leads(self, a: int, b: int, familiar: bool = False) -> bool:
         """Whether shadow ``a`` has blocked clearly fewer jobs than shadow ``b`` (indices)."""
+        z = self.shadow_familiar_z if familiar else self.shadow_z
+        if z is None:
+            return False
         gap = self.shadows[b].blocked - self.shadows[a].blocked
-        return gap > self.shadow_margin and gap > self.shadow_z * math.sqrt(self._discordant[a, b])
+        return gap > self.shadow_margin and gap > z * math.sqrt(self._discordant[a, b])
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The degree the followed rule gives the job (0 rejects)."""
@@ -437,12 +500,13 @@ class AdaptivePolicy:
             flags = np.fromiter((s.last_blocked for s in self.shadows), bool, len(self.shadows))
             if flags.any() and not flags.all():
                 self._discordant += flags[:, None] != flags[None, :]
+            familiar = self._familiar()  # every job: the novelty is the episode's mean
             if self.shadows[0].decided > self.shadow_warmup:
                 leader = min(range(len(self.shadows)), key=lambda i: self.shadows[i].blocked)
                 current = self._following
                 if current is None:  # an unshadowed pick is followed as is
                     current = next((i for i, s in enumerate(self.shadows) if s.rule == rule), None)
-                if current is not None and self._leads(leader, current):
+                if current is not None and self._leads(leader, current, familiar):
                     self._following = leader
             if self._following is not None:
                 rule = self.shadows[self._following].rule

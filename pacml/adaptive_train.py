@@ -41,6 +41,8 @@ from workloads.io import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 PROG = "pacml-train-adaptive"
+#: Training condition samples saved with a selector (:meth:`pacml.adaptive.SelectorWeights.novelty`).
+REFERENCE_ROWS = 4096
 
 
 @dataclass
@@ -262,6 +264,16 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
                                       "train_regret": rows[-1]["train_regret"] if rows else math.nan}
 
 
+def reference_conditions(results: list[dict[str, Any]], seed: int, rows: int = REFERENCE_ROWS) -> np.ndarray:
+    """A random ``rows`` of the condition samples of ``results`` (all when fewer), saved with the
+    selector so the agent can tell how far a condition is from its training data."""
+    conds = np.concatenate([r["conditions"] for r in results]).astype(np.float32)
+    if len(conds) <= rows:
+        return conds
+    pick = np.random.default_rng([seed, 31]).choice(len(conds), size=rows, replace=False)
+    return conds[np.sort(pick)]
+
+
 def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | None = None) -> dict[str, float]:
     """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
     cfg = cfg or AdaptiveTrainConfig(label_horizon_s=None)
@@ -307,6 +319,7 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
 
         raise ConfigError("no training condition finished within the time budget", field="adaptive.time_budget_s")
     weights, stats = fit(cfg, tr, val, out_dir, start + budget)
+    weights.reference = reference_conditions(tr, cfg.seed)
     base = baseline_regrets(val, cfg)
     best_fixed = min(base, key=base.get) if base else None
     meta = {"train_config": asdict(cfg), "conditions": len(results)}
