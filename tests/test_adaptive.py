@@ -237,10 +237,61 @@ def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None
     assert _run(gated, cfg) == (para_max, para_max_degrees) and not gated.shadows
 
 
+class _PreferAt(_Prefer):
+    """A :class:`_Prefer` selector whose every condition lies ``novelty`` from its training data."""
+
+    def __init__(self, label: str, topology, novelty: float) -> None:
+        super().__init__(label, topology)
+        self.reference, self.value = np.zeros((1, CONDITION_FEATURES), dtype=np.float32), novelty
+
+    def novelty(self, cond) -> float:
+        return self.value
+
+
+def test_shadows_keep_off_familiar_conditions_unless_the_evidence_is_stronger() -> None:
+    cfg = compose_sim_config(PAPER_D)
+    topo = build_topology(cfg)
+    alone = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo)), cfg)
+    shadowed = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
+    assert shadowed != alone  # the shadows overrule this wrong selector (previous test)
+    # Familiar (0.1 <= 0.4) and no familiar_z: the selector alone, decision for decision.
+    familiar = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.1), shadow_rules=8, shadow_novelty=0.4)
+    assert _run(familiar, cfg) == alone and familiar.novelty == pytest.approx(0.1)
+    # Novel (0.9 > 0.4): the shadows as without the option.
+    novel = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_rules=8, shadow_novelty=0.4)
+    assert _run(novel, cfg) == shadowed
+    # Familiar, with the same z as the shadows' own: as without the option; with a huge z: alone.
+    for z, expected in ((1.0, shadowed), (1e6, alone)):
+        policy = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.1), shadow_rules=8, shadow_novelty=0.4,
+                                shadow_familiar_z=z)
+        assert _run(policy, cfg) == expected
+
+
+def test_novelty_is_the_scaled_distance_to_the_nearest_training_condition(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    ref = rng.normal(size=(50, CONDITION_FEATURES)).astype(np.float32)
+    ref[:, 0] = 2.0  # constant in training: left out
+    ref[:, 1] *= 100.0  # a feature with a wide spread counts in units of it
+    weights = SelectorWeights([(np.zeros((1, CONDITION_FEATURES + RULE_FEATURES)), np.zeros(1))], ref)
+    assert weights.novelty(ref[7]) == pytest.approx(0.0, abs=1e-6)
+    moved = ref[7].copy()
+    moved[0] += 1e3
+    assert weights.novelty(moved) == pytest.approx(0.0, abs=1e-6)
+    far = np.full(CONDITION_FEATURES, 50.0, dtype=np.float32)
+    assert weights.novelty(far) > weights.novelty(ref.mean(axis=0)) > 0
+    save_adaptive(tmp_path / "a.npz", weights, {})
+    np.testing.assert_array_equal(load_adaptive(tmp_path / "a.npz")[0].reference, ref)
+    weights.reference = None  # a checkpoint saved before references: the option cannot be used
+    save_adaptive(tmp_path / "old.npz", weights, {})
+    with pytest.raises(ConfigError, match="shadow_novelty.*no reference conditions"):
+        AdaptivePolicy(tmp_path / "old.npz", shadow_rules=8, shadow_novelty=0.4)
+
+
 def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
                      ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
-                     ("selector_memory", 0), ("selector_memory", 2.5)):
+                     ("selector_memory", 0), ("selector_memory", 2.5), ("shadow_novelty", -1.0),
+                     ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan"))):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
 
@@ -355,6 +406,8 @@ def test_train_end_to_end_and_resume(tmp_path) -> None:
                               hidden=8, val_every=3)
     summary = train(cfg, tmp_path, progress=False)
     assert summary["conditions"] == 3 and (tmp_path / "adaptive.npz").is_file()
+    reference = load_adaptive(tmp_path / "adaptive.npz")[0].reference  # for policy.shadow_novelty
+    assert reference is not None and reference.shape[1] == CONDITION_FEATURES and len(reference) > 0
     stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "conditions").iterdir()}
     again = train(cfg, tmp_path, progress=False)  # resume: nothing new to simulate
     assert again["conditions"] == 3
