@@ -140,6 +140,11 @@ class ConditionTracker:
         self._seq: deque[float] = deque(maxlen=self.window)
         self._beta: deque[float] = deque(maxlen=self.window)
 
+    @property
+    def full(self) -> bool:
+        """Whether the features come from a whole window of arrivals."""
+        return len(self._times) >= self.window
+
     def observe(self, job: JobSpec) -> None:
         """Record an arriving job (call once per job, before :meth:`features`)."""
         self._times.append(job.arrival_time_s)
@@ -469,12 +474,17 @@ class AdaptivePolicy:
 
     def _familiar(self) -> bool:
         """Whether the condition is close to the selector's training data (``shadow_novelty``);
-        updates the episode's mean novelty with the current job's condition."""
+        updates the episode's mean novelty with the current job's condition. Only conditions
+        estimated from a whole window count (the first jobs' estimates are far from anything)."""
         if self.shadow_novelty is None:
             return False
         assert self.last_condition is not None
-        self._novelty_n += 1
-        self.novelty += (self.weights.novelty(self.last_condition) - self.novelty) / self._novelty_n
+        novelty = self.weights.novelty(self.last_condition)
+        if not self.tracker.full:
+            self.novelty = novelty  # provisional: the first whole-window job replaces it
+        else:
+            self._novelty_n += 1
+            self.novelty += (novelty - self.novelty) / self._novelty_n
         return self.novelty <= self.shadow_novelty
 
     def _leads(self, a: int, b: int, familiar: bool = False) -> bool:
@@ -508,7 +518,9 @@ class AdaptivePolicy:
                     current = next((i for i, s in enumerate(self.shadows) if s.rule == rule), None)
                 if current is not None and self._leads(leader, current, familiar):
                     self._following = leader
-            if self._following is not None:
+            # On a familiar condition without shadow_familiar_z the selector decides, even if a
+            # shadow took the lead while the condition still looked novel.
+            if self._following is not None and not (familiar and self.shadow_familiar_z is None):
                 rule = self.shadows[self._following].rule
         self.chosen.append(rule.label)
         self.last_rule = rule
