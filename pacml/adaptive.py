@@ -191,6 +191,12 @@ def job_count_flag(n: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the selector (numpy)
+def _finite_nonneg(value: Any) -> bool:
+    """Whether a setting is a finite number >= 0 (not a bool)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0)
+
+
 def _relu(x: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.maximum(x, 0.0)
 
@@ -360,28 +366,20 @@ class AdaptivePolicy:
                                  ("shadow_margin", shadow_margin, 0), ("selector_memory", selector_memory, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"policy.{name}")
-        if not (isinstance(shadow_z, int | float) and not isinstance(shadow_z, bool)
-                and math.isfinite(shadow_z) and shadow_z >= 0):
+        if not _finite_nonneg(shadow_z):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
         if shadow_max_servers is not None and (not isinstance(shadow_max_servers, int)
                                                or isinstance(shadow_max_servers, bool) or shadow_max_servers < 1):
             raise ConfigError(f"must be an integer >= 1 or null, got {shadow_max_servers!r}",
                               field="policy.shadow_max_servers")
         self.shadow_max_servers = shadow_max_servers
-        if shadow_novelty is not None:
-            if not (isinstance(shadow_novelty, int | float) and not isinstance(shadow_novelty, bool)
-                    and math.isfinite(shadow_novelty) and shadow_novelty >= 0):
-                raise ConfigError(f"must be a finite number >= 0 or null, got {shadow_novelty!r}",
-                                  field="policy.shadow_novelty")
-            if weights.reference is None:
-                raise ConfigError(f"{checkpoint} holds no reference conditions (retrain or refit it with "
-                                  "pacml-train-adaptive), so policy.shadow_novelty cannot be used",
-                                  field="policy.shadow_novelty")
-        if shadow_familiar_z is not None and not (
-                isinstance(shadow_familiar_z, int | float) and not isinstance(shadow_familiar_z, bool)
-                and math.isfinite(shadow_familiar_z) and shadow_familiar_z >= 0):
-            raise ConfigError(f"must be a finite number >= 0 or null, got {shadow_familiar_z!r}",
-                              field="policy.shadow_familiar_z")
+        for name, value in (("shadow_novelty", shadow_novelty), ("shadow_familiar_z", shadow_familiar_z)):
+            if value is not None and not _finite_nonneg(value):
+                raise ConfigError(f"must be a finite number >= 0 or null, got {value!r}", field=f"policy.{name}")
+        if shadow_novelty is not None and weights.reference is None:
+            raise ConfigError(f"{checkpoint} holds no reference conditions (retrain or refit it with "
+                              "pacml-train-adaptive), so policy.shadow_novelty cannot be used",
+                              field="policy.shadow_novelty")
         self.shadow_novelty = shadow_novelty
         self.shadow_familiar_z = shadow_familiar_z
         #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
@@ -412,8 +410,7 @@ class AdaptivePolicy:
                 critic_margin = critic_meta.get("margin_jobs")
         if critic_margin is None:
             critic_margin = 0.0
-        if not (isinstance(critic_margin, int | float) and not isinstance(critic_margin, bool)
-                and math.isfinite(critic_margin) and critic_margin >= 0):
+        if not _finite_nonneg(critic_margin):
             raise ConfigError(f"must be a finite number >= 0 or null, got {critic_margin!r}",
                               field="policy.critic_margin")
         self.critic_margin = float(critic_margin)

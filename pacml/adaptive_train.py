@@ -412,7 +412,8 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
 
     from simulator.errors import ConfigError
 
-    if cfg.get("resume"):
+    resumed = bool(cfg.get("resume"))
+    if resumed:
         out_dir = Path(str(cfg.resume))
         saved = OmegaConf.load(out_dir / CONFIG_FILE)
         for item in overrides or []:
@@ -426,15 +427,17 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
         cfg = saved
     conditions_dir = None
     if cfg.get("refit"):
-        # The source run's settings (its search's describe the conditions fitted on), then the
-        # fit settings given on this command line.
-        source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
-        given = {key for key in (item.split("=", 1)[0].lstrip("+~") for item in overrides or [])
-                 if key.startswith("adaptive.")}
-        for key, value in source.get("adaptive", {}).items():
-            if f"adaptive.{key}" not in given and key in cfg.adaptive:
-                OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)
         conditions_dir = Path(str(cfg.refit)) / "conditions"
+        if not resumed:  # a resumed refit's saved config already holds the merged settings
+            from simulator.cli import _override_keys
+
+            # The source run's settings (its search's describe the conditions fitted on), then
+            # the fit settings given on this command line.
+            source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
+            given = _override_keys(overrides or [])
+            for key, value in source.get("adaptive", {}).items():
+                if f"adaptive.{key}" not in given and key in cfg.adaptive:
+                    OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)
     data = OmegaConf.to_container(cfg.adaptive, resolve=True)
     assert isinstance(data, dict)
     acfg = AdaptiveTrainConfig(**data)  # type: ignore[arg-type]

@@ -442,6 +442,14 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     # The source's settings (search and fit), then the fit settings given on the command line.
     assert (saved.adaptive.num_conditions, saved.adaptive.epochs, saved.adaptive.val_every) == (3, 10, 3)
     assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows) == (4, 8)
+    # Resuming the refit keeps its own fit settings (not the source's).
+    resume = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")
+    resume.pop("hydra")
+    resume.resume = str(refit)
+    train_from_config(resume, refit, [f"resume={refit}"])
+    saved = OmegaConf.load(refit / "train_config.yaml")
+    assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows, saved.refit) == (4, 8, str(source))
+    assert load_adaptive(refit / "adaptive.npz")[0].layers[0][0].shape[0] == 4
     weights, _ = load_adaptive(refit / "adaptive.npz")
     assert weights.layers[0][0].shape[0] == 4  # the refit's own network
 
