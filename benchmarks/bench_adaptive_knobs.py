@@ -7,7 +7,8 @@ oracle rule on the same seeds (every rule's blocking, from one
 the oracle's per condition, and the average over the conditions.
 
 Usage:
-    python benchmarks/bench_adaptive_knobs.py [--conditions a,b] [--workers 2] [--json FILE] VARIANT_JSON...
+    python benchmarks/bench_adaptive_knobs.py [--conditions a,b] [--workers 2] [--json FILE]
+        [--seeds 500100-500104] VARIANT_JSON...
     e.g. '{"shadow_rules":0}' '{"shadow_rules":0,"selector_memory":256}' '{}'
 
 A variant starts from the shipped agent's settings (``conf/policy/pacml_adaptive.yaml``), so
@@ -48,8 +49,9 @@ def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
     return name, variant, seed, float(build_simulation(cfg, seed=seed).run(policy).summary["blocking_rate"])
 
 
-def _oracle(name: str) -> tuple[str, dict[str, Any]]:
-    res = teacher_search(get_condition(name).overrides, SEEDS)
+def _oracle(args: tuple[str, tuple[int, ...]]) -> tuple[str, dict[str, Any]]:
+    name, seeds = args
+    res = teacher_search(get_condition(name).overrides, seeds)
     mean = res["blocking"].mean(axis=1)
     best = int(np.argmin(mean))
     return name, {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist()}
@@ -68,7 +70,15 @@ def main() -> None:
     ap.add_argument("--conditions", default=",".join(c.name for c in GRID))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--seeds", default=f"{SEEDS[0]}-{SEEDS[-1]}", help="validation seeds, FIRST-LAST")
     a = ap.parse_args()
+    try:
+        first, last = (int(x) for x in a.seeds.split("-"))
+    except ValueError:
+        _fail(f"--seeds: FIRST-LAST, got {a.seeds!r}")
+    if not 500_000 <= first <= last < 800_000:
+        _fail("--seeds: validation seeds lie in 500000-799999 (the grid's are 800000-800009)")
+    seeds = tuple(range(first, last + 1))
     names = [n for n in a.conditions.split(",") if n]
     for v in a.variants:
         try:
@@ -80,9 +90,9 @@ def main() -> None:
     unknown = [n for n in names if n not in {c.name for c in GRID}]
     if unknown:
         _fail(f"--conditions: unknown condition {unknown[0]!r}")
-    tasks = [(n, v, s) for n in names for v in a.variants for s in SEEDS]
+    tasks = [(n, v, s) for n in names for v in a.variants for s in seeds]
     with get_context("spawn").Pool(a.workers) as pool:
-        oracle = dict(pool.map(_oracle, names))
+        oracle = dict(pool.map(_oracle, [(n, seeds) for n in names]))
         runs = pool.map(_agent, tasks, chunksize=1)
     got: dict[tuple[str, str], dict[int, float]] = {}
     for n, v, s, b in runs:
@@ -91,7 +101,7 @@ def main() -> None:
     print(f"{'condition':16s} {'oracle':>20s} " + " ".join(f"{i:>9d}" for i in range(len(a.variants))))
     for n in names:
         o = np.asarray(oracle[n]["per_seed"])
-        diffs = {v: float(np.mean([got[(n, v)][s] for s in SEEDS]) - o.mean()) for v in a.variants}
+        diffs = {v: float(np.mean([got[(n, v)][s] for s in seeds]) - o.mean()) for v in a.variants}
         table[n] = diffs
         print(f"{n:16s} {oracle[n]['rule']:>14s} {o.mean():.4f} " + " ".join(f"{diffs[v]:+9.4f}" for v in a.variants))
     avg = {v: float(np.mean([table[n][v] for n in names])) for v in a.variants}
@@ -99,7 +109,7 @@ def main() -> None:
     for i, v in enumerate(a.variants):
         print(f"  {i}: {v}")
     if a.json:
-        a.json.write_text(json.dumps({"seeds": list(SEEDS), "oracle": oracle, "minus_oracle": table,
+        a.json.write_text(json.dumps({"seeds": list(seeds), "oracle": oracle, "minus_oracle": table,
                                       "average": avg}, indent=2) + "\n")
 
 

@@ -202,6 +202,94 @@ def _relu(x: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 @dataclass
+class NeighbourTable:
+    """A nearest-neighbour selector: the teacher search's own answers, looked up (k-NN).
+
+    For a condition, the ``k`` training condition samples nearest to it (each feature in units of
+    its spread over the samples; features constant there are left out), among the training
+    conditions on a cluster with the same rules, vote with their conditions' measured regret per
+    rule; the lowest mean regret wins. The MLP smooths its answers across the sharp boundaries
+    where the best rule jumps with the load and the targets; the lookup does not (BENCHMARKS §10:
+    half the MLP's held-out regret on the same search). Clusters whose rule set no training
+    condition had fall back to the MLP.
+
+    Attributes:
+        rows: ``(N, CONDITION_FEATURES)`` condition samples of the training conditions.
+        condition: ``(N,)`` index of each row's training condition.
+        regret: ``(M, R)`` each condition's regret per rule slot (mean blocking minus the best
+            rule's), ``nan`` past its rule count.
+        group: ``(M,)`` index into ``rule_sets`` of each condition's rules.
+        rule_sets: ``(G, R, RULE_FEATURES)`` rule features of each distinct rule set, zero padded.
+        rule_counts: ``(G,)`` rules in each set.
+        k: Neighbours that vote.
+    """
+
+    rows: NDArray[np.float32]
+    condition: NDArray[np.int32]
+    regret: NDArray[np.float32]
+    group: NDArray[np.int32]
+    rule_sets: NDArray[np.float32]
+    rule_counts: NDArray[np.int32]
+    k: int
+
+    @classmethod
+    def build(cls, conditions: Sequence[tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float64]]],
+              k: int) -> NeighbourTable:
+        """From ``(condition samples, rule features, mean blocking per rule)`` of each training condition."""
+        width = max(len(b) for _, _, b in conditions)
+        sets: list[NDArray[np.float32]] = []
+        rows, owner, regret, group = [], [], np.full((len(conditions), width), np.nan, np.float32), []
+        for i, (samples, rule_feats, blocking) in enumerate(conditions):
+            regret[i, :len(blocking)] = blocking - blocking.min()
+            g = next((j for j, s in enumerate(sets) if s.shape == rule_feats.shape and np.array_equal(s, rule_feats)),
+                     None)
+            if g is None:
+                g = len(sets)
+                sets.append(np.asarray(rule_feats, np.float32))
+            group.append(g)
+            rows.append(samples)
+            owner.append(np.full(len(samples), i, np.int32))
+        rule_sets = np.zeros((len(sets), width, RULE_FEATURES), np.float32)
+        for j, s in enumerate(sets):
+            rule_sets[j, :len(s)] = s
+        # Half precision, as saved: the samples are noisy estimates to begin with, and the lookup
+        # must be the same before and after a save.
+        return cls(np.concatenate(rows).astype(np.float16).astype(np.float32), np.concatenate(owner), regret,
+                   np.asarray(group, np.int32), rule_sets, np.asarray([len(s) for s in sets], np.int32), int(k))
+
+    def _index(self, rules: NDArray[np.float32]) -> Any:
+        """The k-d tree over the samples of conditions with exactly ``rules`` (``None``: no such condition)."""
+        cache = self.__dict__.setdefault("_trees", {})
+        key = rules.astype(np.float32).tobytes()
+        if key not in cache:
+            from scipy.spatial import cKDTree
+
+            spread = self.rows.astype(np.float64).std(axis=0)
+            keep = spread > 1e-6
+            g = next((j for j in range(len(self.rule_counts)) if self.rule_counts[j] == len(rules)
+                      and np.array_equal(self.rule_sets[j, :len(rules)], rules.astype(np.float32))), None)
+            if g is None:
+                cache[key] = None
+            else:
+                mine = np.flatnonzero(self.group[self.condition] == g)
+                scaled = self.rows[mine][:, keep].astype(np.float64) / spread[keep]
+                cache[key] = (cKDTree(scaled), self.condition[mine], keep, spread[keep])
+        return cache[key]
+
+    def regrets(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64] | None:
+        """Predicted regret of every rule (rows of ``rules``) under ``cond``; ``None`` if no training
+        condition had these rules."""
+        index = self._index(rules)
+        if index is None:
+            return None
+        tree, owner, keep, spread = index
+        k = min(self.k, tree.n)
+        _, near = tree.query(np.asarray(cond, np.float64)[keep] / spread, k=k)
+        near = np.atleast_1d(near)
+        return self.regret[owner[near], :len(rules)].astype(np.float64).mean(axis=0)
+
+
+@dataclass
 class SelectorWeights:
     """Weights of the selector MLP (numpy), ``score = w3 . relu(W2 relu(W1 [cond, rule] + b1) + b2) + b3``."""
 
@@ -209,9 +297,21 @@ class SelectorWeights:
     #: Condition-feature rows of the training conditions (a sample), for :meth:`novelty`; ``None``
     #: in checkpoints saved before it existed.
     reference: NDArray[np.float32] | None = None
+    #: A nearest-neighbour lookup that decides instead of the MLP where it knows the cluster's
+    #: rules (``None``: the MLP always, as every selector before it).
+    neighbours: NeighbourTable | None = None
 
     def scores(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64]:
-        """Score of every rule (rows of ``rules``) under condition ``cond``."""
+        """Score of every rule (rows of ``rules``) under condition ``cond``: minus the neighbours'
+        regret where :attr:`neighbours` covers the cluster, else the MLP's."""
+        if self.neighbours is not None:
+            regret = self.neighbours.regrets(cond, rules)
+            if regret is not None:
+                return -regret
+        return self.mlp_scores(cond, rules)
+
+    def mlp_scores(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64]:
+        """The MLP's score of every rule (rows of ``rules``) under condition ``cond``."""
         x = np.concatenate([np.broadcast_to(cond, (len(rules), len(cond))), rules], axis=1).astype(np.float64)
         for i, (w, b) in enumerate(self.layers):
             x = x @ w.T + b
@@ -241,6 +341,11 @@ def save_adaptive(path: str | Path, weights: SelectorWeights, meta: dict[str, An
     arrays |= {f"b{i}": b for i, (_, b) in enumerate(weights.layers)}
     if weights.reference is not None:
         arrays["reference"] = weights.reference
+    table = weights.neighbours
+    if table is not None:
+        arrays |= {"nn_rows": table.rows.astype(np.float16), "nn_condition": table.condition,
+                   "nn_regret": table.regret, "nn_group": table.group, "nn_rule_sets": table.rule_sets,
+                   "nn_rule_counts": table.rule_counts, "nn_k": np.asarray(table.k)}
     import json
 
     arrays["meta"] = np.frombuffer(json.dumps({"format": ADAPTIVE_FORMAT, "version": ADAPTIVE_VERSION,
@@ -262,6 +367,12 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
             n = int(meta["num_layers"])
             layers = [(data[f"w{i}"].astype(np.float64), data[f"b{i}"].astype(np.float64)) for i in range(n)]
             reference = data["reference"].astype(np.float32) if "reference" in data.files else None
+            neighbours = None
+            if "nn_rows" in data.files:
+                neighbours = NeighbourTable(data["nn_rows"].astype(np.float32), data["nn_condition"].astype(np.int32),
+                                            data["nn_regret"].astype(np.float32), data["nn_group"].astype(np.int32),
+                                            data["nn_rule_sets"].astype(np.float32),
+                                            data["nn_rule_counts"].astype(np.int32), int(data["nn_k"]))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc}", field="policy.checkpoint") from None
     if meta.get("format") != ADAPTIVE_FORMAT:
@@ -271,7 +382,22 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
         raise ConfigError(f"{path} takes {inputs} input features, this version computes "
                           f"{CONDITION_FEATURES + RULE_FEATURES}: retrain it (pacml-train-adaptive)",
                           field="policy.checkpoint")
-    return SelectorWeights(layers, reference), meta
+    if neighbours is not None and not _table_ok(neighbours):
+        raise ConfigError(f"{path}: its nearest-neighbour table is inconsistent (nn_* arrays)",
+                          field="policy.checkpoint")
+    return SelectorWeights(layers, reference, neighbours), meta
+
+
+def _table_ok(t: NeighbourTable) -> bool:
+    """Whether a loaded table's arrays fit together (a hand-edited or foreign file may not)."""
+    n_cond, n_sets = len(t.regret), len(t.rule_sets)
+    return (t.rows.ndim == 2 and t.rows.shape[1] == CONDITION_FEATURES and t.condition.shape == (len(t.rows),)
+            and len(t.rows) > 0 and t.k >= 1 and t.group.shape == (n_cond,) and t.rule_counts.shape == (n_sets,)
+            and t.rule_sets.ndim == 3 and t.rule_sets.shape[2] == RULE_FEATURES
+            and t.regret.ndim == 2 and t.regret.shape[1] == t.rule_sets.shape[1]
+            and bool(np.all((t.condition >= 0) & (t.condition < n_cond)))
+            and bool(np.all((t.group >= 0) & (t.group < n_sets)))
+            and bool(np.all((t.rule_counts >= 1) & (t.rule_counts <= t.regret.shape[1]))))
 
 
 class ShadowCluster:

@@ -30,6 +30,7 @@ import numpy as np
 
 from pacml.adaptive import (
     WINDOW,
+    NeighbourTable,
     SelectorWeights,
     label_blocking,
     sample_condition,
@@ -68,6 +69,7 @@ class AdaptiveTrainConfig:
     scenario: str = "paper"
     window: int = WINDOW
     label_horizon_s: float | None = None
+    neighbours: int | None = None
 
 
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
@@ -274,6 +276,25 @@ def reference_conditions(results: list[dict[str, Any]], seed: int, rows: int = R
     return conds[np.sort(pick)]
 
 
+def neighbour_table(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> NeighbourTable:
+    """The nearest-neighbour lookup over ``results`` (``cfg.neighbours`` voters), with the labels the
+    fit uses."""
+    assert cfg.neighbours is not None
+    return NeighbourTable.build([(r["conditions"], r["rule_features"], labels(r, cfg)) for r in results],
+                                cfg.neighbours)
+
+
+def selector_regret(weights: SelectorWeights, results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> float:
+    """Mean regret of the selector's pick over the condition samples of ``results`` (numpy, as the
+    policy decides; the fit's own measure for the MLP)."""
+    out = []
+    for r in results:
+        mean = labels(r, cfg)
+        regret = mean - mean.min()
+        out.extend(regret[int(np.argmax(weights.scores(c, r["rule_features"])))] for c in r["conditions"])
+    return float(np.mean(out)) if out else math.nan
+
+
 def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | None = None) -> dict[str, float]:
     """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
     cfg = cfg or AdaptiveTrainConfig(label_horizon_s=None)
@@ -320,6 +341,11 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
         raise ConfigError("no training condition finished within the time budget", field="adaptive.time_budget_s")
     weights, stats = fit(cfg, tr, val, out_dir, start + budget)
     weights.reference = reference_conditions(tr, cfg.seed)
+    if cfg.neighbours is not None:
+        weights.neighbours = neighbour_table(tr, cfg)
+        stats = {**stats, "val_regret_mlp": stats["val_regret"], "val_regret": selector_regret(weights, val, cfg)}
+        log.info("nearest-neighbour selector (k=%d): validation regret %.4f (the MLP's: %.4f)", cfg.neighbours,
+                 stats["val_regret"], stats["val_regret_mlp"])
     base = baseline_regrets(val, cfg)
     best_fixed = min(base, key=base.get) if base else None
     meta = {"train_config": asdict(cfg), "conditions": len(results)}
@@ -378,7 +404,8 @@ def command() -> Any:
               "torch_threads": count, "batch_rows": count, "minibatch_rows": Rule(int | None, low=1),
               "core_frac": Rule(float, low=0.0, high=1.0),
               "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
-              "label_horizon_s": Rule(float | None, low=0.0, low_open=True)}
+              "label_horizon_s": Rule(float | None, low=0.0, low_open=True),
+              "neighbours": Rule(int | None, low=1)}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
             "refit": Rule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}

@@ -14,6 +14,7 @@ from pacml.adaptive import (
     RULE_FEATURES,
     AdaptivePolicy,
     ConditionTracker,
+    NeighbourTable,
     Rule,
     SelectorWeights,
     ShadowCluster,
@@ -26,7 +27,14 @@ from pacml.adaptive import (
     teacher_search,
     teacher_search_full,
 )
-from pacml.adaptive_train import AdaptiveTrainConfig, baseline_regrets, fit, train
+from pacml.adaptive_train import (
+    AdaptiveTrainConfig,
+    baseline_regrets,
+    fit,
+    neighbour_table,
+    selector_regret,
+    train,
+)
 from pacml.env import compose_sim_config
 from simulator.build import build_policy, build_simulation, build_topology
 from simulator.errors import ConfigError
@@ -384,6 +392,60 @@ def _synthetic_results(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
+def _mlp(value: float = 0.0) -> list:
+    """A one-layer 'MLP' scoring every rule ``value`` (a fallback that can be told apart)."""
+    return [(np.zeros((1, CONDITION_FEATURES + RULE_FEATURES)), np.full(1, value))]
+
+
+def test_neighbour_table_votes_with_the_regrets_of_the_nearest_conditions(tmp_path) -> None:
+    rules_a = np.eye(3, RULE_FEATURES, dtype=np.float32)  # one cluster's three rules
+    rules_b = np.eye(2, RULE_FEATURES, k=1, dtype=np.float32)  # another cluster's two
+    row = np.zeros((1, CONDITION_FEATURES), dtype=np.float32)
+
+    def at(x: float, y: float = 0.0) -> np.ndarray:
+        out = row.copy()
+        out[0, 6], out[0, 7] = x, y
+        return out
+
+    table = NeighbourTable.build([
+        (at(0.0), rules_a, np.array([0.1, 0.3, 0.2])),  # regrets 0, .2, .1
+        (at(1.0), rules_a, np.array([0.5, 0.1, 0.2])),  # .4, 0, .1
+        (at(5.0), rules_a, np.array([0.2, 0.2, 0.0])),  # .2, .2, 0
+        (at(0.1), rules_b, np.array([0.0, 0.9])),  # another rule set: never votes for rules_a
+    ], k=2)
+    # The 2 nearest rows of the query's own rule set vote: rows at 0 and 1, then at 5 and 1.
+    np.testing.assert_allclose(table.regrets(at(0.2)[0], rules_a), [0.2, 0.1, 0.1], atol=1e-6)
+    np.testing.assert_allclose(table.regrets(at(4.0)[0], rules_a), [0.3, 0.1, 0.05], atol=1e-6)
+    np.testing.assert_allclose(table.regrets(at(3.0)[0], rules_b), [0.0, 0.9], atol=1e-6)  # k > its 1 row
+    assert table.regrets(at(0.0)[0], np.eye(4, RULE_FEATURES, dtype=np.float32)) is None  # rules never seen
+    weights = SelectorWeights(_mlp(7.0), None, table)
+    np.testing.assert_allclose(weights.scores(at(0.2)[0], rules_a), [-0.2, -0.1, -0.1], atol=1e-6)
+    assert np.all(weights.scores(at(0.2)[0], np.eye(4, RULE_FEATURES, dtype=np.float32)) == 7.0)  # the MLP's
+    # The checkpoint holds the table; its answers are the same after loading.
+    back, _ = load_adaptive(save_adaptive(tmp_path / "a.npz", weights, {}))
+    assert back.neighbours is not None and back.neighbours.k == 2
+    for x in (0.2, 0.7, 4.0, 9.0):
+        np.testing.assert_array_equal(back.scores(at(x)[0], rules_a), weights.scores(at(x)[0], rules_a))
+    # A table whose arrays do not fit together is refused with one line.
+    data = dict(np.load(tmp_path / "a.npz"))
+    data["nn_condition"] = np.array([0, 1, 2, 9], np.int32)
+    np.savez(tmp_path / "bad.npz", **data)
+    with pytest.raises(ConfigError, match="nearest-neighbour table is inconsistent"):
+        load_adaptive(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_neighbour_selector_learns_which_rule_a_condition_needs(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    train_set, val_set = _synthetic_results(40, rng), _synthetic_results(20, rng)
+    cfg = AdaptiveTrainConfig(neighbours=10)
+    weights = SelectorWeights(_mlp(), None, neighbour_table(train_set, cfg))
+    # The best single rule ("b") has regret 0.1 on every condition; the lookup must find the switch.
+    assert baseline_regrets(val_set)["b"] == pytest.approx(0.1)
+    assert selector_regret(weights, val_set, cfg) < 0.02
+    assert selector_regret(SelectorWeights(_mlp()), val_set, cfg) > 0.05  # a constant score cannot
+
+
 @pytest.mark.parametrize(("seed", "batch_rows", "minibatch_rows"),
                          [(0, 20000, None), (1, 20000, None), (2, 20000, None), (0, 60, None), (1, 60, None),
                           (0, 20000, 32), (1, 20000, 32), (2, 60, 16)])
@@ -406,6 +468,7 @@ def test_train_end_to_end_and_resume(tmp_path) -> None:
                               hidden=8, val_every=3)
     summary = train(cfg, tmp_path, progress=False)
     assert summary["conditions"] == 3 and (tmp_path / "adaptive.npz").is_file()
+    assert load_adaptive(tmp_path / "adaptive.npz")[0].neighbours is None and "val_regret_mlp" not in summary
     reference = load_adaptive(tmp_path / "adaptive.npz")[0].reference  # for policy.shadow_novelty
     assert reference is not None and reference.shape[1] == CONDITION_FEATURES and len(reference) > 0
     stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "conditions").iterdir()}
@@ -432,9 +495,13 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     again.pop("hydra")
     again.progress = False
     again.refit = str(source)
-    again.adaptive.update({"hidden": 4, "minibatch_rows": 8})
-    summary = train_from_config(again, refit, ["refit=x", "adaptive.hidden=4", "adaptive.minibatch_rows=8"])
+    again.adaptive.update({"hidden": 4, "minibatch_rows": 8, "neighbours": 5})
+    summary = train_from_config(again, refit, ["refit=x", "adaptive.hidden=4", "adaptive.minibatch_rows=8",
+                                               "adaptive.neighbours=5"])
     assert summary["conditions"] == 3 and summary["refit_of"] == str(source)
+    table = load_adaptive(refit / "adaptive.npz")[0].neighbours  # the lookup, fitted on the source's search
+    assert table is not None and table.k == 5 and len(table.regret) == 2  # the 2 training conditions
+    assert summary["val_regret"] >= 0.0 and summary["val_regret_mlp"] >= 0.0
     assert not (refit / "conditions").exists()  # nothing simulated
     assert {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()} == stamp
     saved = OmegaConf.load(refit / "train_config.yaml")
@@ -460,6 +527,7 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     ("resume=/no/such/run", "field 'resume': no pacml-train-adaptive run"),
     ("refit=/no/such/run", "field 'refit': no pacml-train-adaptive teacher search"),
     ("adaptive.minibatch_rows=0", "field 'adaptive.minibatch_rows'"),
+    ("adaptive.neighbours=0", "field 'adaptive.neighbours'"),
     ("refit=SOURCE adaptive.seed=3", "field 'adaptive.seed': a refit reuses"),
 ])
 def test_console_command_bad_input_is_one_line(tmp_path, override: str, message: str) -> None:
