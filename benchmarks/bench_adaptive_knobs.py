@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pacml.adaptive import AdaptivePolicy, teacher_search  # noqa: E402
-from pacml.conditions import GRID, get_condition  # noqa: E402
+from pacml.conditions import GRID, get_condition, validation_seeds  # noqa: E402
 from pacml.env import compose_sim_config  # noqa: E402
 from simulator.build import build_simulation  # noqa: E402
 
@@ -73,12 +73,9 @@ def main() -> None:
     ap.add_argument("--seeds", default=f"{SEEDS[0]}-{SEEDS[-1]}", help="validation seeds, FIRST-LAST")
     a = ap.parse_args()
     try:
-        first, last = (int(x) for x in a.seeds.split("-"))
-    except ValueError:
-        _fail(f"--seeds: FIRST-LAST, got {a.seeds!r}")
-    if not 500_000 <= first <= last < 800_000:
-        _fail("--seeds: validation seeds lie in 500000-799999 (the grid's are 800000-800009)")
-    seeds = tuple(range(first, last + 1))
+        seeds = validation_seeds(a.seeds)
+    except ValueError as exc:
+        _fail(f"--seeds: {exc}")
     names = [n for n in a.conditions.split(",") if n]
     for v in a.variants:
         try:

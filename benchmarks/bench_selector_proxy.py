@@ -8,7 +8,9 @@ The features depend only on arrivals, so any selector's pick at every arrival is
 simulating it, and its *proxy regret* on a seed is the mean, over arrivals, of the blocking of the
 rule it picks there minus the blocking of the condition's oracle rule (the best by mean over the
 seeds). The proxy ignores that switching rules within an episode changes the state the rules meet
-(blocking is path dependent), so it ranks selectors; the grid measures them.
+(blocking is path dependent): a selector whose pick flips between near-tied rules can look good
+here and block far more in simulation (BENCHMARKS §10, the nearest-neighbour selector), so it
+also reports how often the pick changes. It screens selectors; the grid measures them.
 
 The teacher searches are cached in ``--data`` (one file per condition and seed, written atomically;
 a re-run computes only missing ones): 40 seeds x 18 conditions took 35 min on one core.
@@ -17,6 +19,7 @@ Usage:
     python benchmarks/bench_selector_proxy.py [--seeds 500100-500139] [--data DIR] [--workers 1]
         [--json FILE] [--stride 4] LABEL=CHECKPOINT...
     e.g. shipped=paper_adaptive knn=outputs/train_adaptive/<run>
+    (--stride 1, the default, scores every arrival: 1-2 min per selector for 720 episodes)
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pacml.adaptive import load_adaptive, teacher_search  # noqa: E402
-from pacml.conditions import GRID, get_condition  # noqa: E402
+from pacml.conditions import GRID, get_condition, validation_seeds  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
 from workloads.io import atomic_write, atomic_write_json  # noqa: E402
 
@@ -71,17 +74,20 @@ def load_episodes(data: Path, names: list[str], seeds: list[int]) -> dict[str, l
 
 
 def proxy_regret(weights: Any, episodes: dict[str, list[dict[str, Any]]], stride: int) -> dict[str, dict[str, float]]:
-    """Per condition: mean and standard error over seeds of the picked rules' blocking minus the oracle rule's."""
+    """Per condition: mean and standard error over seeds of the picked rules' blocking minus the
+    oracle rule's, and how often the pick changes (per 1,000 scored arrivals)."""
     table = {}
     for name, eps in episodes.items():
         blocking = np.stack([e["blocking"] for e in eps])
         oracle = int(blocking.mean(axis=0).argmin())
-        per_seed = []
+        per_seed, switches = [], []
         for e, b in zip(eps, blocking, strict=True):
-            picks = [int(np.argmax(weights.scores(c, e["rule_features"]))) for c in e["conditions"][::stride]]
+            picks = np.array([int(np.argmax(weights.scores(c, e["rule_features"])))
+                              for c in e["conditions"][::stride]])
             per_seed.append(float(b[picks].mean() - b[oracle]))
+            switches.append(1000.0 * float((picks[1:] != picks[:-1]).sum()) / len(picks))
         table[name] = {"mean": float(np.mean(per_seed)), "se": float(np.std(per_seed, ddof=1) / np.sqrt(len(per_seed)))
-                       if len(per_seed) > 1 else float("nan")}
+                       if len(per_seed) > 1 else float("nan"), "switches_per_1000": float(np.mean(switches))}
     return table
 
 
@@ -94,16 +100,13 @@ def main() -> None:
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--data", type=Path, default=ROOT / "outputs" / "selector_proxy")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--stride", type=int, default=4, help="score every Nth arrival")
+    ap.add_argument("--stride", type=int, default=1, help="score every Nth arrival")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     try:
-        first, last = (int(x) for x in a.seeds.split("-"))
-    except ValueError:
-        _fail(f"--seeds: FIRST-LAST, got {a.seeds!r}")
-    if not 500_000 <= first <= last < 800_000:
-        _fail("--seeds: validation seeds lie in 500000-799999 (the grid's are 800000-800009)")
-    seeds = list(range(first, last + 1))
+        seeds = list(validation_seeds(a.seeds))
+    except ValueError as exc:
+        _fail(f"--seeds: {exc}")
     names = [n for n in a.conditions.split(",") if n]
     if unknown := [n for n in names if n not in CONDITIONS]:
         _fail(f"--conditions: unknown condition {unknown[0]!r} (choose among {', '.join(CONDITIONS)})")
@@ -130,16 +133,19 @@ def main() -> None:
                     print(f"  {i}/{len(tasks)}", flush=True)
     episodes = load_episodes(a.data, names, seeds)
     tables = {label: proxy_regret(w, episodes, a.stride) for label, w in selectors.items()}
-    print(f"proxy regret (picked rules' blocking minus the oracle rule's), seeds {first}-{last}")
-    print(f"{'condition':16s} " + " ".join(f"{label:>17s}" for label in tables))
+    print(f"proxy regret (picked rules' blocking minus the oracle rule's), seeds {seeds[0]}-{seeds[-1]}")
+    print("(in brackets: changes of the pick per 1,000 arrivals)")
+    print(f"{'condition':16s} " + " ".join(f"{label:>28s}" for label in tables))
     for n in names:
-        print(f"{n:16s} " + " ".join(f"{t[n]['mean']:+.4f} ± {t[n]['se']:.4f}" for t in tables.values()))
+        print(f"{n:16s} " + " ".join(f"{t[n]['mean']:+.4f} ± {t[n]['se']:.4f} ({t[n]['switches_per_1000']:5.1f})"
+                                     for t in tables.values()))
     avg = {label: float(np.mean([t[n]["mean"] for n in names])) for label, t in tables.items()}
-    print(f"{'average':16s} " + " ".join(f"{avg[label]:+17.4f}" for label in tables))
+    flips = {label: float(np.mean([t[n]["switches_per_1000"] for n in names])) for label, t in tables.items()}
+    print(f"{'average':16s} " + " ".join(f"{avg[label]:+17.4f} ({flips[label]:5.1f})" for label in tables))
     if a.json:
         atomic_write_json(a.json, {"seeds": seeds, "stride": a.stride,
                                    "selectors": dict(s.split("=", 1) for s in a.selectors),
-                                   "proxy_regret": tables, "average": avg})
+                                   "proxy_regret": tables, "average": avg, "switches_per_1000": flips})
 
 
 if __name__ == "__main__":

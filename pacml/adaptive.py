@@ -459,6 +459,11 @@ class AdaptivePolicy:
             near a boundary between rules their noise alone flips the pick from job to job; the
             average is the running mean over the first ``selector_memory`` jobs, then an
             exponential average with that time constant.
+        selector_margin: The rule followed is kept until another scores more than this much better
+            (the neighbour selector's scores are minus predicted regret, so this is in blocking rate;
+            0: each job's best-scoring rule). Near a boundary between rules the noisy condition
+            estimate flips the pick from job to job, and blocking is path dependent: mixing
+            ``min_feasible(4)`` and ``(6)`` jobs can block more than either rule alone.
         critic: A deviation critic trained around this agent (:mod:`pacml.adaptive_critic`; file,
             directory or shipped name): on clusters of its training size, the rule's degree is
             replaced by a feasible one the critic predicts blocks more than ``critic_margin``
@@ -476,7 +481,7 @@ class AdaptivePolicy:
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
-                 critic: str | Path | None = None, critic_margin: float | None = None,
+                 selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None) -> None:
         from simulator.errors import ConfigError
 
@@ -492,6 +497,10 @@ class AdaptivePolicy:
                                  ("shadow_margin", shadow_margin, 0), ("selector_memory", selector_memory, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"policy.{name}")
+        if not _finite_nonneg(selector_margin):
+            raise ConfigError(f"must be a finite number >= 0, got {selector_margin!r}", field="policy.selector_margin")
+        self.selector_margin = float(selector_margin)
+        self._picked: int | None = None
         if not _finite_nonneg(shadow_z):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
         if shadow_max_servers is not None and (not isinstance(shadow_max_servers, int)
@@ -560,6 +569,7 @@ class AdaptivePolicy:
         self._novelty_n = 0
         self._mean_scores = None
         self._scored = 0
+        self._picked = None
         self.chosen = []
         self.critic_changed = 0
         self.last_rule = None
@@ -593,7 +603,20 @@ class AdaptivePolicy:
     def select(self, job: JobSpec, state: ClusterState) -> Rule:
         """Observe the job and return the rule the selector picks for the condition."""
         rules, scores = self._scores(job, state)
-        return rules[int(np.argmax(scores))]
+        return rules[self._pick(scores)]
+
+    def _pick(self, scores: NDArray[np.float64]) -> int:
+        """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it."""
+        best = int(np.argmax(scores))
+        if self.selector_margin == 0.0 or not self.tracker.full:
+            # Each job's argmax (ties: the first), as before the option; and while the condition
+            # comes from a partial window, whose estimate is too poor to hold on to.
+            self._picked = None
+            return best
+        if self._picked is not None and scores[best] - scores[self._picked] <= self.selector_margin:
+            return self._picked
+        self._picked = best
+        return best
 
     def _familiar(self) -> bool:
         """Whether the condition is close to the selector's training data (``shadow_novelty``);
@@ -621,7 +644,7 @@ class AdaptivePolicy:
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The degree the followed rule gives the job (0 rejects)."""
         rules, scores = self._scores(job, state)
-        rule = rules[int(np.argmax(scores))]
+        rule = rules[self._pick(scores)]
         if self.shadow_rules and (self.shadow_max_servers is None
                                   or state.topology.num_servers <= self.shadow_max_servers):
             if not self.shadows:

@@ -27,6 +27,24 @@ from simulator.topology import RampTopology
 
 #: Ten evaluation seeds used nowhere else (training: >= 1e6, validation: 500000+, reports: 0-2).
 EVAL_SEEDS: tuple[int, ...] = tuple(range(800_000, 800_010))
+#: Validation seeds (tuning the agent's knobs, screening selectors) lie in this range, below the grid's.
+VALIDATION_SEEDS_RANGE = (500_000, 800_000)
+
+
+def validation_seeds(spec: str) -> tuple[int, ...]:
+    """The seeds ``FIRST-LAST`` (inclusive) names; ``ValueError`` with one line if the text is not that
+    or a seed lies outside :data:`VALIDATION_SEEDS_RANGE`."""
+    try:
+        first, last = (int(x) for x in spec.split("-"))
+    except ValueError:
+        raise ValueError(f"FIRST-LAST, got {spec!r}") from None
+    low, high = VALIDATION_SEEDS_RANGE
+    if not low <= first <= last < high:
+        raise ValueError(f"validation seeds lie in {low}-{high - 1} (the grid's are {EVAL_SEEDS[0]}-{EVAL_SEEDS[-1]}),"
+                         f" first <= last; got {spec!r}")
+    return tuple(range(first, last + 1))
+
+
 #: The issue's tolerance: an agent at or below oracle + this counts as matching the oracle.
 TOLERANCE = 0.005
 #: The trace's mean gap is 8,141,054 s / 532 gaps; this scale makes it 1000 (the paper's load),

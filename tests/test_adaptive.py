@@ -153,6 +153,34 @@ def test_selector_memory_picks_the_argmax_of_the_averaged_scores(memory: int) ->
         assert switches < 5  # the average keeps it
 
 
+@pytest.mark.parametrize("margin", [0.0, 0.5, 1.5, 100.0])
+def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better(margin: float) -> None:
+    cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
+    weights = _Noisy(1)
+    policy = AdaptivePolicy(weights=weights, selector_margin=margin)
+    sim = build_simulation(cfg, seed=5)
+    policy.reset(5)
+    while (job := sim.next_job()) is not None:
+        sim.apply(policy.decide(job, sim.state()))
+    rules = [r.label for r in rule_candidates(build_topology(cfg))]
+    window = policy.tracker.window
+    kept = None
+    for n, raw in enumerate(weights.calls):  # the reference: switch only on a lead above the margin,
+        best = int(np.argmax(raw))  # once the condition comes from a whole window (before: argmax)
+        if n + 1 < window or margin == 0.0:
+            pick, kept = best, None
+        else:
+            if kept is None or raw[best] - raw[kept] > margin:
+                kept = best
+            pick = kept
+        assert policy.chosen[n] == rules[pick]
+    late = policy.chosen[window - 1:]
+    switches = sum(a != b for a, b in zip(late, late[1:], strict=False))
+    assert (switches == 0) == (margin == 100.0) and len(late) > 100
+    with pytest.raises(ConfigError, match="selector_margin"):
+        AdaptivePolicy(weights=weights, selector_margin=-0.1)
+
+
 def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
     rng = np.random.default_rng(0)
     width = CONDITION_FEATURES + RULE_FEATURES

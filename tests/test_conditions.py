@@ -20,6 +20,7 @@ from pacml.conditions import (
     paired_difference,
     rule_candidates,
     summarise_condition,
+    validation_seeds,
 )
 from pacml.env import TRAIN_SEED_LOW, compose_sim_config
 from simulator.build import build_feasibility, build_policy, build_topology, build_workload
@@ -186,3 +187,11 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and field in err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_validation_seeds_are_a_range_below_the_grids() -> None:
+    assert validation_seeds("500100-500103") == (500100, 500101, 500102, 500103)
+    assert validation_seeds("500100-500100") == (500100,)
+    for bad in ("x", "500100", "500105-500100", "800000-800009", "1-5", "500100-500101-500102"):
+        with pytest.raises(ValueError):
+            validation_seeds(bad)
