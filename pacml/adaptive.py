@@ -209,9 +209,11 @@ class NeighbourTable:
     its spread over the samples; features constant there are left out), among the training
     conditions on a cluster with the same rules, vote with their conditions' measured regret per
     rule; the lowest mean regret wins. The MLP smooths its answers across the sharp boundaries
-    where the best rule jumps with the load and the targets; the lookup does not (BENCHMARKS §10:
-    half the MLP's held-out regret on the same search). Clusters whose rule set no training
-    condition had fall back to the MLP.
+    where the best rule jumps with the load and the targets; the lookup does not, and leaves half
+    the MLP's held-out regret on the same search. In simulation it still loses to the MLP: over
+    the first jobs its pick flips between near-tied rules, and mixing rules blocks more than either
+    alone (BENCHMARKS §10), so training builds it only on request. Clusters whose rule set no
+    training condition had fall back to the MLP.
 
     Attributes:
         rows: ``(N, CONDITION_FEATURES)`` condition samples of the training conditions.
@@ -459,11 +461,12 @@ class AdaptivePolicy:
             near a boundary between rules their noise alone flips the pick from job to job; the
             average is the running mean over the first ``selector_memory`` jobs, then an
             exponential average with that time constant.
-        selector_margin: The rule followed is kept until another scores more than this much better
-            (the neighbour selector's scores are minus predicted regret, so this is in blocking rate;
-            0: each job's best-scoring rule). Near a boundary between rules the noisy condition
-            estimate flips the pick from job to job, and blocking is path dependent: mixing
-            ``min_feasible(4)`` and ``(6)`` jobs can block more than either rule alone.
+        selector_margin: Once the condition comes from a whole window of arrivals, the rule followed
+            is kept until another scores more than this much better (the neighbour selector's
+            scores are minus predicted regret, so this is in blocking rate; 0: each job's
+            best-scoring rule). Near a boundary between rules the noisy condition estimate flips the
+            pick from job to job, and blocking is path dependent: mixing ``min_feasible(4)`` and
+            ``(6)`` jobs can block more than either rule alone.
         critic: A deviation critic trained around this agent (:mod:`pacml.adaptive_critic`; file,
             directory or shipped name): on clusters of its training size, the rule's degree is
             replaced by a feasible one the critic predicts blocks more than ``critic_margin``
