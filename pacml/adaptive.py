@@ -266,8 +266,10 @@ class NeighbourTable:
         if key not in cache:
             from scipy.spatial import cKDTree
 
-            spread = self.rows.astype(np.float64).std(axis=0)
-            keep = spread > 1e-6
+            if "_scale" not in self.__dict__:  # one scaling for every rule set
+                spread = self.rows.astype(np.float64).std(axis=0)
+                self.__dict__["_scale"] = (spread > 1e-6, spread)
+            keep, spread = self.__dict__["_scale"]
             g = next((j for j in range(len(self.rule_counts)) if self.rule_counts[j] == len(rules)
                       and np.array_equal(self.rule_sets[j, :len(rules)], rules.astype(np.float32))), None)
             if g is None:

@@ -136,10 +136,7 @@ def test_selector_memory_picks_the_argmax_of_the_averaged_scores(memory: int) ->
     cfg = compose_sim_config(SHORT)
     weights = _Noisy(0)
     policy = AdaptivePolicy(weights=weights, selector_memory=memory)
-    sim = build_simulation(cfg, seed=5)
-    policy.reset(5)
-    while (job := sim.next_job()) is not None:
-        sim.apply(policy.decide(job, sim.state()))
+    _run(policy, cfg)
     rules = [r.label for r in rule_candidates(build_topology(cfg))]
     mean = None
     for n, raw in enumerate(weights.calls, start=1):  # the reference: running mean, then an EMA
@@ -158,10 +155,7 @@ def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better
     cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
     weights = _Noisy(1)
     policy = AdaptivePolicy(weights=weights, selector_margin=margin)
-    sim = build_simulation(cfg, seed=5)
-    policy.reset(5)
-    while (job := sim.next_job()) is not None:
-        sim.apply(policy.decide(job, sim.state()))
+    _run(policy, cfg)
     rules = [r.label for r in rule_candidates(build_topology(cfg))]
     window = policy.tracker.window
     kept = None
@@ -469,9 +463,11 @@ def test_neighbour_selector_learns_which_rule_a_condition_needs(seed: int) -> No
     cfg = AdaptiveTrainConfig(neighbours=10)
     weights = SelectorWeights(_mlp(), None, neighbour_table(train_set, cfg))
     # The best single rule ("b") has regret 0.1 on every condition; the lookup must find the switch.
+    # Fifteen of the 16 features are noise and dilute the distance: over seeds 0-59 its regret was
+    # 0.007 on average and 0.032 at worst.
     assert baseline_regrets(val_set)["b"] == pytest.approx(0.1)
-    assert selector_regret(weights, val_set, cfg) < 0.02
-    assert selector_regret(SelectorWeights(_mlp()), val_set, cfg) > 0.05  # a constant score cannot
+    assert selector_regret(weights, val_set, cfg) < 0.045
+    assert selector_regret(SelectorWeights(_mlp()), val_set, cfg) > 0.05  # a constant score: 0.06-0.16
 
 
 @pytest.mark.parametrize(("seed", "batch_rows", "minibatch_rows"),
