@@ -8,7 +8,7 @@ the oracle's per condition, and the average over the conditions.
 
 Usage:
     python benchmarks/bench_adaptive_knobs.py [--conditions a,b] [--workers 2] [--json FILE]
-        [--seeds 500100-500104] VARIANT_JSON...
+        [--seeds 500100-500104] [--oracle-from EARLIER.json] VARIANT_JSON...
     e.g. '{"shadow_rules":0}' '{"shadow_rules":0,"selector_memory":256}' '{}'
 
 A variant starts from the shipped agent's settings (``conf/policy/pacml_adaptive.yaml``), so
@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--seeds", default=f"{SEEDS[0]}-{SEEDS[-1]}", help="validation seeds, FIRST-LAST")
+    ap.add_argument("--oracle-from", type=Path, default=None,
+                    help="reuse the oracle of an earlier --json run on the same seeds (it is deterministic)")
     a = ap.parse_args()
     try:
         seeds = validation_seeds(a.seeds)
@@ -87,9 +89,18 @@ def main() -> None:
     unknown = [n for n in names if n not in {c.name for c in GRID}]
     if unknown:
         _fail(f"--conditions: unknown condition {unknown[0]!r}")
+    oracle: dict[str, dict[str, Any]] = {}
+    if a.oracle_from is not None:
+        try:
+            earlier = json.loads(a.oracle_from.read_text())
+            if earlier["seeds"] != list(seeds):
+                _fail(f"--oracle-from {a.oracle_from}: seeds {earlier['seeds']}, not {list(seeds)}")
+            oracle = {n: earlier["oracle"][n] for n in names if n in earlier["oracle"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _fail(f"--oracle-from {a.oracle_from}: not a results file of this benchmark ({exc})")
     tasks = [(n, v, s) for n in names for v in a.variants for s in seeds]
     with get_context("spawn").Pool(a.workers) as pool:
-        oracle = dict(pool.map(_oracle, [(n, seeds) for n in names]))
+        oracle |= dict(pool.map(_oracle, [(n, seeds) for n in names if n not in oracle]))
         runs = pool.map(_agent, tasks, chunksize=1)
     got: dict[tuple[str, str], dict[int, float]] = {}
     for n, v, s, b in runs:

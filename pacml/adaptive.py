@@ -305,10 +305,11 @@ class SelectorWeights:
     #: rules (``None``: the MLP always, as every selector before it).
     neighbours: NeighbourTable | None = None
 
-    def scores(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64]:
+    def scores(self, cond: NDArray[np.float32], rules: NDArray[np.float32],
+               lookup: bool = True) -> NDArray[np.float64]:
         """Score of every rule (rows of ``rules``) under condition ``cond``: minus the neighbours'
-        regret where :attr:`neighbours` covers the cluster, else the MLP's."""
-        if self.neighbours is not None:
+        regret where :attr:`neighbours` covers the cluster (and ``lookup``), else the MLP's."""
+        if lookup and self.neighbours is not None:
             regret = self.neighbours.regrets(cond, rules)
             if regret is not None:
                 return -regret
@@ -481,13 +482,18 @@ class AdaptivePolicy:
             scenarios, unseen graphs) the shadows are. ``None``: always (as before the option).
         shadow_familiar_z: With ``shadow_novelty`` set, the standard deviations by which a shadow
             must lead to overrule the selector on a familiar condition (``None``: it never does).
+        lookup_after_window: With a nearest-neighbour selector, the lookup decides only once the
+            condition comes from a whole window of arrivals; before that the MLP does. The lookup
+            is more accurate on whole-window conditions, but on the first jobs' partial-window
+            estimates it mixes near-tied rules, and that mix blocks more than either rule alone.
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
-                 shadow_novelty: float | None = None, shadow_familiar_z: float | None = None) -> None:
+                 shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
+                 lookup_after_window: bool = False) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -505,6 +511,9 @@ class AdaptivePolicy:
         if not _finite_nonneg(selector_margin):
             raise ConfigError(f"must be a finite number >= 0, got {selector_margin!r}", field="policy.selector_margin")
         self.selector_margin = float(selector_margin)
+        if not isinstance(lookup_after_window, bool):
+            raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
+        self.lookup_after_window = lookup_after_window
         self._picked: int | None = None
         if not _finite_nonneg(shadow_z):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
@@ -595,7 +604,8 @@ class AdaptivePolicy:
         self.tracker.observe(job)
         rules, feats = self._rule_table(state.topology)
         self.last_condition = self.tracker.features(state.topology)
-        scores = self.weights.scores(self.last_condition, feats)
+        scores = self.weights.scores(self.last_condition, feats,
+                                     lookup=self.tracker.full or not self.lookup_after_window)
         if self.selector_memory == 1:
             return rules, scores
         if self._mean_scores is None:  # the episode's first job (reset clears it)

@@ -51,7 +51,7 @@ class _Prefer:
         rules = rule_candidates(topology)
         self.row = rule_features(rules[[r.label for r in rules].index(label)], topology)
 
-    def scores(self, cond, rules):
+    def scores(self, cond, rules, lookup=True):
         return np.all(rules == self.row, axis=1).astype(float)
 
 
@@ -126,7 +126,7 @@ class _Noisy:
         self.rng = np.random.default_rng(seed)
         self.calls: list[np.ndarray] = []
 
-    def scores(self, cond, rules):
+    def scores(self, cond, rules, lookup=True):
         self.calls.append(self.rng.normal(size=len(rules)) + np.arange(len(rules)) * 1.0)
         return self.calls[-1]
 
@@ -173,6 +173,33 @@ def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better
     assert (switches == 0) == (margin == 100.0) and len(late) > 100
     with pytest.raises(ConfigError, match="selector_margin"):
         AdaptivePolicy(weights=weights, selector_margin=-0.1)
+
+
+class _TwoMinds:
+    """Stand-in weights whose MLP prefers one rule and whose lookup prefers another."""
+
+    def __init__(self, mlp: str, lookup: str, topology) -> None:
+        self.mlp, self.lookup = _Prefer(mlp, topology), _Prefer(lookup, topology)
+        self.asked: list[bool] = []
+
+    def scores(self, cond, rules, lookup=True):
+        self.asked.append(lookup)
+        return (self.lookup if lookup else self.mlp).scores(cond, rules)
+
+
+@pytest.mark.parametrize("after_window", [False, True])
+def test_lookup_after_window_leaves_the_partial_window_jobs_to_the_mlp(after_window: bool) -> None:
+    cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
+    weights = _TwoMinds("min_feasible(4)", "min_feasible(6)", build_topology(cfg))
+    policy = AdaptivePolicy(weights=weights, lookup_after_window=after_window)
+    _run(policy, cfg)
+    window = policy.tracker.window
+    assert len(policy.chosen) > window + 20
+    assert weights.asked == [not after_window or n >= window for n in range(1, len(policy.chosen) + 1)]
+    first = "min_feasible(4)" if after_window else "min_feasible(6)"
+    assert policy.chosen == [first] * (window - 1) + ["min_feasible(6)"] * (len(policy.chosen) - window + 1)
+    with pytest.raises(ConfigError, match="lookup_after_window"):
+        AdaptivePolicy(weights=weights, lookup_after_window="yes")
 
 
 def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
