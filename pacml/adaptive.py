@@ -486,6 +486,12 @@ class AdaptivePolicy:
             condition comes from a whole window of arrivals; before that the MLP does. The lookup
             is more accurate on whole-window conditions, but on the first jobs' partial-window
             estimates it mixes near-tied rules, and that mix blocks more than either rule alone.
+        hold_until_window: Keep the rule picked on the episode's first job until the condition
+            comes from a whole window of arrivals (then pick as ``selector_margin`` says). The
+            first job's condition knows the cluster and a target but no load, so its pick is the
+            rule best on average over the loads trained on; the partial-window estimates that
+            follow are noisy enough to flip the pick between near-tied rules, whose mix blocks
+            more than either rule alone.
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
@@ -493,7 +499,7 @@ class AdaptivePolicy:
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
-                 lookup_after_window: bool = False) -> None:
+                 lookup_after_window: bool = False, hold_until_window: bool = False) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -514,6 +520,10 @@ class AdaptivePolicy:
         if not isinstance(lookup_after_window, bool):
             raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
         self.lookup_after_window = lookup_after_window
+        if not isinstance(hold_until_window, bool):
+            raise ConfigError(f"must be true or false, got {hold_until_window!r}", field="policy.hold_until_window")
+        self.hold_until_window = hold_until_window
+        self._first: int | None = None
         self._picked: int | None = None
         if not _finite_nonneg(shadow_z):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
@@ -584,6 +594,7 @@ class AdaptivePolicy:
         self._mean_scores = None
         self._scored = 0
         self._picked = None
+        self._first = None
         self.chosen = []
         self.critic_changed = 0
         self.last_rule = None
@@ -623,6 +634,11 @@ class AdaptivePolicy:
     def _pick(self, scores: NDArray[np.float64]) -> int:
         """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it."""
         best = int(np.argmax(scores))
+        if self.hold_until_window and not self.tracker.full:
+            if self._first is None:
+                self._first = best
+            self._picked = None
+            return self._first
         if self.selector_margin == 0.0 or not self.tracker.full:
             # Each job's argmax (ties: the first), as before the option; and while the condition
             # comes from a partial window, whose estimate is too poor to hold on to.

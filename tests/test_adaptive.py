@@ -175,6 +175,21 @@ def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better
         AdaptivePolicy(weights=weights, selector_margin=-0.1)
 
 
+def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> None:
+    cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
+    weights = _Noisy(2)
+    policy = AdaptivePolicy(weights=weights, hold_until_window=True)
+    _run(policy, cfg)
+    rules = [r.label for r in rule_candidates(build_topology(cfg))]
+    window = policy.tracker.window
+    first = rules[int(np.argmax(weights.calls[0]))]
+    raw = [rules[int(np.argmax(c))] for c in weights.calls]
+    assert len(raw) > window + 50 and len(set(raw[:window - 1])) > 2  # the noise flips the raw pick
+    assert policy.chosen == [first] * (window - 1) + raw[window - 1:]
+    with pytest.raises(ConfigError, match="hold_until_window"):
+        AdaptivePolicy(weights=weights, hold_until_window=1)
+
+
 class _TwoMinds:
     """Stand-in weights whose MLP prefers one rule and whose lookup prefers another."""
 
