@@ -487,7 +487,8 @@ class AdaptivePolicy:
             is more accurate on whole-window conditions, but on the first jobs' partial-window
             estimates it mixes near-tied rules, and that mix blocks more than either rule alone.
         hold_until_window: Keep the rule picked on the episode's first job until the condition
-            comes from a whole window of arrivals (then pick as ``selector_margin`` says). The
+            comes from a whole window of arrivals; then leave it only for a rule that scores more
+            than ``selector_margin`` better (with margin 0, each job's best). The
             first job's condition knows the cluster and a target but no load, so its pick is the
             rule best on average over the loads trained on; the partial-window estimates that
             follow are noisy enough to flip the pick between near-tied rules, whose mix blocks
@@ -637,7 +638,8 @@ class AdaptivePolicy:
         if self.hold_until_window and not self.tracker.full:
             if self._first is None:
                 self._first = best
-            self._picked = None
+            # The held rule is the one a whole-window condition must beat by the margin.
+            self._picked = self._first
             return self._first
         if self.selector_margin == 0.0 or not self.tracker.full:
             # Each job's argmax (ties: the first), as before the option; and while the condition

@@ -186,6 +186,10 @@ def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> Non
     raw = [rules[int(np.argmax(c))] for c in weights.calls]
     assert len(raw) > window + 50 and len(set(raw[:window - 1])) > 2  # the noise flips the raw pick
     assert policy.chosen == [first] * (window - 1) + raw[window - 1:]
+    # With a margin the held rule is the one to beat; a margin nothing beats keeps it all episode.
+    held = AdaptivePolicy(weights=_Noisy(2), hold_until_window=True, selector_margin=100.0)
+    _run(held, cfg)
+    assert held.chosen == [first] * len(policy.chosen)
     with pytest.raises(ConfigError, match="hold_until_window"):
         AdaptivePolicy(weights=weights, hold_until_window=1)
 
