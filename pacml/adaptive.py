@@ -633,7 +633,8 @@ class AdaptivePolicy:
         return rules[self._pick(scores)]
 
     def _pick(self, scores: NDArray[np.float64]) -> int:
-        """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it."""
+        """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it;
+        with ``hold_until_window``, the first job's pick while the window is partial."""
         best = int(np.argmax(scores))
         if self.hold_until_window and not self.tracker.full:
             if self._first is None:
