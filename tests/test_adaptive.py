@@ -42,6 +42,8 @@ from simulator.policies.heuristics import MinFeasible, ParaMax
 from simulator.policy import Decision
 
 SHORT = ["scenario=paper", "beta=B", "horizon_s=60000", "progress=false"]
+#: An episode well past the selector's 64-arrival window (about 200 arrivals).
+PAST_WINDOW = ["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"]
 
 
 class _Prefer:
@@ -152,11 +154,8 @@ def test_selector_memory_picks_the_argmax_of_the_averaged_scores(memory: int) ->
 
 @pytest.mark.parametrize("margin", [0.0, 0.5, 1.5, 100.0])
 def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better(margin: float) -> None:
-    cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
     weights = _Noisy(1)
-    policy = AdaptivePolicy(weights=weights, selector_margin=margin)
-    _run(policy, cfg)
-    rules = [r.label for r in rule_candidates(build_topology(cfg))]
+    policy, rules = _episode(weights, selector_margin=margin)
     window = policy.tracker.window
     kept = None
     for n, raw in enumerate(weights.calls):  # the reference: switch only on a lead above the margin,
@@ -176,19 +175,15 @@ def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better
 
 
 def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> None:
-    cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
     weights = _Noisy(2)
-    policy = AdaptivePolicy(weights=weights, hold_until_window=True)
-    _run(policy, cfg)
-    rules = [r.label for r in rule_candidates(build_topology(cfg))]
+    policy, rules = _episode(weights, hold_until_window=True)
     window = policy.tracker.window
     first = rules[int(np.argmax(weights.calls[0]))]
     raw = [rules[int(np.argmax(c))] for c in weights.calls]
     assert len(raw) > window + 50 and len(set(raw[:window - 1])) > 2  # the noise flips the raw pick
     assert policy.chosen == [first] * (window - 1) + raw[window - 1:]
     # With a margin the held rule is the one to beat; a margin nothing beats keeps it all episode.
-    held = AdaptivePolicy(weights=_Noisy(2), hold_until_window=True, selector_margin=100.0)
-    _run(held, cfg)
+    held, _ = _episode(_Noisy(2), hold_until_window=True, selector_margin=100.0)
     assert held.chosen == [first] * len(policy.chosen)
     with pytest.raises(ConfigError, match="hold_until_window"):
         AdaptivePolicy(weights=weights, hold_until_window=1)
@@ -208,10 +203,8 @@ class _TwoMinds:
 
 @pytest.mark.parametrize("after_window", [False, True])
 def test_lookup_after_window_leaves_the_partial_window_jobs_to_the_mlp(after_window: bool) -> None:
-    cfg = compose_sim_config(["scenario=paper", "beta=B", "horizon_s=200000", "progress=false"])
-    weights = _TwoMinds("min_feasible(4)", "min_feasible(6)", build_topology(cfg))
-    policy = AdaptivePolicy(weights=weights, lookup_after_window=after_window)
-    _run(policy, cfg)
+    weights = _TwoMinds("min_feasible(4)", "min_feasible(6)", build_topology(compose_sim_config(PAST_WINDOW)))
+    policy, _ = _episode(weights, lookup_after_window=after_window)
     window = policy.tracker.window
     assert len(policy.chosen) > window + 20
     assert weights.asked == [not after_window or n >= window for n in range(1, len(policy.chosen) + 1)]
@@ -281,6 +274,14 @@ def _run(policy: AdaptivePolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:
         degrees.append(decision.degree)
         sim.apply(decision)
     return sim.finalize().summary["blocking_rate"], degrees
+
+
+def _episode(weights, **options) -> tuple[AdaptivePolicy, list[str]]:
+    """One :data:`PAST_WINDOW` episode of an agent with stand-in ``weights``; the rules' labels."""
+    cfg = compose_sim_config(PAST_WINDOW)
+    policy = AdaptivePolicy(weights=weights, **options)
+    _run(policy, cfg)
+    return policy, [r.label for r in rule_candidates(build_topology(cfg))]
 
 
 def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None:
