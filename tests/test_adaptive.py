@@ -613,19 +613,27 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
     assert proc.stderr.startswith(f"pacml-train-adaptive: error: {message}") and proc.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("cluster", ["ramp32", "ramp512"])
-def test_shipped_adaptive_agent_loads_and_acts(cluster: str) -> None:
-    """The shipped agent holds its training record and decides a short episode on any cluster with
+#: The named nearest-neighbour checkpoint, with the settings it was measured with (BENCHMARKS §10).
+KNN_SETTINGS = ["policy.checkpoint=paper_adaptive_knn", "policy.hold_until_window=true",
+                "policy.lookup_after_window=true", "policy.selector_margin=0.01", "policy.shadow_margin=15"]
+
+
+@pytest.mark.parametrize(("name", "cluster"), [("paper_adaptive", "ramp32"), ("paper_adaptive", "ramp512"),
+                                               ("paper_adaptive_knn", "ramp32"), ("paper_adaptive_knn", "ramp512")])
+def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
+    """The shipped agents hold their training record and decide a short episode on any cluster with
     rules that cluster offers."""
     from pacml.policy import SHIPPED_DIR
 
     for file in ("adaptive.npz", "train_config.yaml", "metrics.csv", "train_summary.json"):
-        assert (SHIPPED_DIR / "paper_adaptive" / file).is_file(), file
+        assert (SHIPPED_DIR / name / file).is_file(), file
     gap = 1000.0 if cluster == "ramp32" else 62.5
+    knn = KNN_SETTINGS if name == "paper_adaptive_knn" else []
     cfg = compose_sim_config(["scenario=paper", "beta=C", f"cluster={cluster}", f"mean_interarrival_s={gap}",
-                              f"horizon_s={150 * gap}", "progress=false", "policy=pacml_adaptive"])
+                              f"horizon_s={150 * gap}", "progress=false", "policy=pacml_adaptive", *knn])
     policy = build_policy(cfg)  # as pacml-sim builds it: the shipped checkpoint, 8 shadow clusters
     assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
+    assert (policy.weights.neighbours is not None) == bool(knn) and policy.hold_until_window == bool(knn)
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
