@@ -769,9 +769,16 @@ SCENARIO_INTERARRIVAL_S = {"paper": PAPER_INTERARRIVAL_S, "physical": 1.0}
 
 
 def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core_frac: float = 0.0,
-                     scenario: str = "paper") -> list[str]:
+                     scenario: str = "paper", jobs_per_server: float = 0.0) -> list[str]:
     """Hydra overrides of one random training condition of ``scenario``'s family (``paper``:
     the original's units; ``physical``: milliseconds, block placement).
+
+    The episode has ``jobs_per_episode`` arrivals, or ``jobs_per_server`` per server of its cluster
+    if that is more. At a given load per server a cluster 16 times bigger fills 16 times more
+    arrivals after it starts empty: 500 arrivals on 512 servers end before it is full (blocking
+    without the end term is about 0 for every rule at the paper's load), so they rank the rules
+    by the jobs left running at the horizon alone (BENCHMARKS §10). ``0``: ``jobs_per_episode``
+    on every cluster, as before the option existed; the draws are the same either way.
 
     With probability ``core_frac`` the condition is a *core* one: the paper's RAMP, fixed (60 %)
     or Poisson arrivals at 0.4x-2.5x the paper's load, the paper's five graphs in 70 % of them.
@@ -787,11 +794,12 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
         factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
     servers = c * r * s
     gap = SCENARIO_INTERARRIVAL_S[scenario] * PAPER_SERVERS / servers * factor
+    jobs = max(jobs_per_episode, math.ceil(jobs_per_server * servers))
     beta = f"beta={TRAIN_BETAS[int(rng.choice(len(TRAIN_BETAS), p=TRAIN_BETA_WEIGHTS))]}"
     over = [f"scenario={scenario}", beta, f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
             f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}",
             f"arrivals={'poisson' if rng.random() < (0.4 if core else 0.5) else 'fixed'}",
-            f"mean_interarrival_s={gap:.6g}", f"horizon_s={gap * jobs_per_episode:.6g}"]
+            f"mean_interarrival_s={gap:.6g}", f"horizon_s={gap * jobs:.6g}"]
     if beta == "beta=fixed":
         over.append(f"beta.value={float(rng.choice([0.2, 0.3, 0.4, 0.5, 0.7, 1.0]))}")
     if rng.random() < (0.7 if core else 0.3):

@@ -30,6 +30,7 @@ from pacml.adaptive import (
 from pacml.adaptive_train import (
     AdaptiveTrainConfig,
     baseline_regrets,
+    condition_seeds,
     fit,
     neighbour_table,
     selector_regret,
@@ -390,6 +391,28 @@ def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_ol
     mixed = [sample_condition(np.random.default_rng([1, i]), 500, core_frac=0.5) for i in range(200)]
     on_paper = sum("cluster.num_servers_per_rack=2" in o and "cluster.num_comm_groups=4" in o for o in mixed)
     assert 0.55 * 200 < on_paper < 0.80 * 200  # half core, plus the broad draw's 35 % of the rest
+
+
+def test_jobs_per_server_lengthens_big_clusters_episodes_only_and_gives_them_fewer_seeds() -> None:
+    def parts(over: list[str]) -> dict[str, str]:
+        return dict(o.split("=", 1) for o in over)
+
+    seen = set()
+    for i in range(120):
+        old = parts(sample_condition(np.random.default_rng([0, i]), 500, 0.5))
+        assert parts(sample_condition(np.random.default_rng([0, i]), 500, 0.5, jobs_per_server=0.0)) == old
+        new = parts(sample_condition(np.random.default_rng([0, i]), 500, 0.5, jobs_per_server=4.0))
+        assert {k: v for k, v in new.items() if k != "horizon_s"} == {k: v for k, v in old.items() if k != "horizon_s"}
+        servers = int(new["cluster.num_comm_groups"]) * int(new["cluster.num_racks_per_group"]) * int(
+            new["cluster.num_servers_per_rack"])
+        jobs = float(new["horizon_s"]) / float(new["mean_interarrival_s"])
+        assert jobs == pytest.approx(max(500, 4 * servers), rel=1e-4)
+        cfg = AdaptiveTrainConfig(core_frac=0.5, jobs_per_server=4.0)
+        seeds = condition_seeds(cfg, i)
+        assert len(seeds) == {32: 2, 64: 2, 128: 2, 256: 1, 512: 1}[servers]
+        assert seeds == condition_seeds(AdaptiveTrainConfig(core_frac=0.5), i)[:len(seeds)]
+        seen.add(servers)
+    assert {32, 512} <= seen
 
 
 def test_teacher_search_matches_the_heuristic_runs() -> None:
