@@ -141,6 +141,11 @@ class ConditionTracker:
         self._beta: deque[float] = deque(maxlen=self.window)
 
     @property
+    def seen(self) -> int:
+        """Arrivals observed this episode (counted up to the window)."""
+        return len(self._seq)
+
+    @property
     def full(self) -> bool:
         """Whether the features come from a whole window of arrivals."""
         return len(self._times) >= self.window
@@ -493,6 +498,10 @@ class AdaptivePolicy:
             rule best on average over the loads trained on; the partial-window estimates that
             follow are noisy enough to flip the pick between near-tied rules, whose mix blocks
             more than either rule alone.
+        hold_from_job: With ``hold_until_window``, the job (counted from 1) whose pick is held;
+            the jobs before it take each job's own pick. The first job's condition has no arrival
+            rate at all, so its pick follows that one job's target; a few arrivals later the
+            estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
@@ -500,7 +509,8 @@ class AdaptivePolicy:
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
-                 lookup_after_window: bool = False, hold_until_window: bool = False) -> None:
+                 lookup_after_window: bool = False, hold_until_window: bool = False,
+                 hold_from_job: int = 1) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -524,6 +534,9 @@ class AdaptivePolicy:
         if not isinstance(hold_until_window, bool):
             raise ConfigError(f"must be true or false, got {hold_until_window!r}", field="policy.hold_until_window")
         self.hold_until_window = hold_until_window
+        if isinstance(hold_from_job, bool) or not isinstance(hold_from_job, int) or hold_from_job < 1:
+            raise ConfigError(f"must be an integer >= 1, got {hold_from_job!r}", field="policy.hold_from_job")
+        self.hold_from_job = hold_from_job
         self._first: int | None = None
         self._picked: int | None = None
         if not _finite_nonneg(shadow_z):
@@ -634,10 +647,13 @@ class AdaptivePolicy:
 
     def _pick(self, scores: NDArray[np.float64]) -> int:
         """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it;
-        with ``hold_until_window``, the first job's pick while the window is partial."""
+        with ``hold_until_window``, the pick of job ``hold_from_job`` while the window is partial."""
         best = int(np.argmax(scores))
         if self.hold_until_window and not self.tracker.full:
             if self._first is None:
+                if self.tracker.seen < self.hold_from_job:
+                    self._picked = None
+                    return best
                 self._first = best
             # The held rule is the one a whole-window condition must beat by the margin.
             self._picked = self._first

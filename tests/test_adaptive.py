@@ -188,6 +188,14 @@ def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> Non
     assert held.chosen == [first] * len(policy.chosen)
     with pytest.raises(ConfigError, match="hold_until_window"):
         AdaptivePolicy(weights=weights, hold_until_window=1)
+    # Held from a later job (one whose pick differs from the first's): the jobs before it take their
+    # own picks, then its pick is held.
+    k = next(i for i in range(5, window - 1) if raw[i] != first)
+    late, _ = _episode(_Noisy(2), hold_until_window=True, hold_from_job=k + 1)
+    assert late.chosen == raw[:k] + [raw[k]] * (window - 1 - k) + raw[window - 1:]
+    for bad in (0, 2.0, True, None):
+        with pytest.raises(ConfigError, match="hold_from_job"):
+            AdaptivePolicy(weights=weights, hold_from_job=bad)
 
 
 class _TwoMinds:
