@@ -649,18 +649,17 @@ class AdaptivePolicy:
         """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it;
         with ``hold_until_window``, the pick of job ``hold_from_job`` while the window is partial."""
         best = int(np.argmax(scores))
-        if self.hold_until_window and not self.tracker.full:
+        holding = self._first is not None or self.tracker.seen >= self.hold_from_job
+        if self.hold_until_window and not self.tracker.full and holding:
             if self._first is None:
-                if self.tracker.seen < self.hold_from_job:
-                    self._picked = None
-                    return best
                 self._first = best
             # The held rule is the one a whole-window condition must beat by the margin.
             self._picked = self._first
             return self._first
         if self.selector_margin == 0.0 or not self.tracker.full:
             # Each job's argmax (ties: the first), as before the option; and while the condition
-            # comes from a partial window, whose estimate is too poor to hold on to.
+            # comes from a partial window, whose estimate is too poor to hold on to (before
+            # job hold_from_job too).
             self._picked = None
             return best
         if self._picked is not None and scores[best] - scores[self._picked] <= self.selector_margin:
