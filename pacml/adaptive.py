@@ -229,6 +229,9 @@ class NeighbourTable:
         rule_sets: ``(G, R, RULE_FEATURES)`` rule features of each distinct rule set, zero padded.
         rule_counts: ``(G,)`` rules in each set.
         k: Neighbours that vote.
+        weights: ``(CONDITION_FEATURES,)`` multiplier of each feature's distance (after the spread
+            scaling; 0 leaves a feature out). ``None``: all 1, as in tables saved before them.
+            Training tunes them on its held-out conditions (:func:`tune_neighbour_weights`).
     """
 
     rows: NDArray[np.float32]
@@ -238,6 +241,7 @@ class NeighbourTable:
     rule_sets: NDArray[np.float32]
     rule_counts: NDArray[np.int32]
     k: int
+    weights: NDArray[np.float32] | None = None
 
     @classmethod
     def build(cls, conditions: Sequence[tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float64]]],
@@ -273,7 +277,10 @@ class NeighbourTable:
 
             if "_scale" not in self.__dict__:  # one scaling for every rule set
                 spread = self.rows.astype(np.float64).std(axis=0)
-                self.__dict__["_scale"] = (spread > 1e-6, spread)
+                weights = np.ones(CONDITION_FEATURES) if self.weights is None else self.weights.astype(np.float64)
+                keep = (spread > 1e-6) & (weights > 0)
+                # Distances in units of spread / weight: dividing by it is scaling and weighting at once.
+                self.__dict__["_scale"] = (keep, np.where(keep, spread / np.where(keep, weights, 1.0), 1.0))
             keep, spread = self.__dict__["_scale"]
             g = next((j for j in range(len(self.rule_counts)) if self.rule_counts[j] == len(rules)
                       and np.array_equal(self.rule_sets[j, :len(rules)], rules.astype(np.float32))), None)
@@ -286,14 +293,19 @@ class NeighbourTable:
         return cache[key]
 
     def regrets(self, cond: NDArray[np.float32], rules: NDArray[np.float32]) -> NDArray[np.float64] | None:
-        """Predicted regret of every rule (rows of ``rules``) under ``cond``; ``None`` if no training
-        condition had these rules."""
+        """Predicted regret of every rule (rows of ``rules``) under ``cond`` (``(R,)``; or ``(n, R)``
+        for ``(n, CONDITION_FEATURES)`` conditions); ``None`` if no training condition had these rules."""
         index = self._index(rules)
         if index is None:
             return None
         tree, owner, keep, spread = index
         k = min(self.k, tree.n)
-        _, near = tree.query(np.asarray(cond, np.float64)[keep] / spread, k=k)
+        query = np.asarray(cond, np.float64)
+        if query.ndim == 2:  # a batch (training's evaluation): one tree query for all of it
+            _, near = tree.query(query[:, keep] / spread, k=k)
+            near = near.reshape(len(query), k)
+            return self.regret[owner[near], :len(rules)].astype(np.float64).mean(axis=1)
+        _, near = tree.query(query[keep] / spread, k=k)
         near = np.atleast_1d(near)
         return self.regret[owner[near], :len(rules)].astype(np.float64).mean(axis=0)
 
@@ -356,6 +368,8 @@ def save_adaptive(path: str | Path, weights: SelectorWeights, meta: dict[str, An
         arrays |= {"nn_rows": table.rows.astype(np.float16), "nn_condition": table.condition,
                    "nn_regret": table.regret, "nn_group": table.group, "nn_rule_sets": table.rule_sets,
                    "nn_rule_counts": table.rule_counts, "nn_k": np.asarray(table.k)}
+        if table.weights is not None:
+            arrays["nn_weights"] = table.weights.astype(np.float32)
     import json
 
     arrays["meta"] = np.frombuffer(json.dumps({"format": ADAPTIVE_FORMAT, "version": ADAPTIVE_VERSION,
@@ -382,7 +396,9 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
                 neighbours = NeighbourTable(data["nn_rows"].astype(np.float32), data["nn_condition"].astype(np.int32),
                                             data["nn_regret"].astype(np.float32), data["nn_group"].astype(np.int32),
                                             data["nn_rule_sets"].astype(np.float32),
-                                            data["nn_rule_counts"].astype(np.int32), int(data["nn_k"]))
+                                            data["nn_rule_counts"].astype(np.int32), int(data["nn_k"]),
+                                            data["nn_weights"].astype(np.float32) if "nn_weights" in data.files
+                                            else None)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc}", field="policy.checkpoint") from None
     if meta.get("format") != ADAPTIVE_FORMAT:
@@ -407,7 +423,10 @@ def _table_ok(t: NeighbourTable) -> bool:
             and t.regret.ndim == 2 and t.regret.shape[1] == t.rule_sets.shape[1]
             and bool(np.all((t.condition >= 0) & (t.condition < n_cond)))
             and bool(np.all((t.group >= 0) & (t.group < n_sets)))
-            and bool(np.all((t.rule_counts >= 1) & (t.rule_counts <= t.regret.shape[1]))))
+            and bool(np.all((t.rule_counts >= 1) & (t.rule_counts <= t.regret.shape[1])))
+            and (t.weights is None or (t.weights.shape == (CONDITION_FEATURES,)
+                                       and bool(np.all(np.isfinite(t.weights) & (t.weights >= 0)))
+                                       and bool(np.any(t.weights > 0)))))
 
 
 class ShadowCluster:
