@@ -510,6 +510,11 @@ class AdaptivePolicy:
             condition comes from a whole window of arrivals; before that the MLP does. The lookup
             is more accurate on whole-window conditions, but on the first jobs' partial-window
             estimates it mixes near-tied rules, and that mix blocks more than either rule alone.
+        lookup_first_above_servers: With ``lookup_after_window``, clusters with more servers than
+            this are the exception: the lookup decides from the first job (``None``: no exception).
+            On a big cluster without shadows the first jobs' rule decides the episode (the racks
+            it fragments stay fragmented), and the MLP has seen few first-window samples of big
+            clusters, while the lookup only asks conditions on the same cluster.
         hold_until_window: Keep the rule picked on the episode's first job until the condition
             comes from a whole window of arrivals; then leave it only for a rule that scores more
             than ``selector_margin`` better (with margin 0, each job's best). The
@@ -529,7 +534,7 @@ class AdaptivePolicy:
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
-                 hold_from_job: int = 1) -> None:
+                 hold_from_job: int = 1, lookup_first_above_servers: int | None = None) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -550,6 +555,11 @@ class AdaptivePolicy:
         if not isinstance(lookup_after_window, bool):
             raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
         self.lookup_after_window = lookup_after_window
+        if lookup_first_above_servers is not None and (isinstance(lookup_first_above_servers, bool) or not isinstance(
+                lookup_first_above_servers, int) or lookup_first_above_servers < 1):
+            raise ConfigError(f"must be an integer >= 1 or null, got {lookup_first_above_servers!r}",
+                              field="policy.lookup_first_above_servers")
+        self.lookup_first_above_servers = lookup_first_above_servers
         if not isinstance(hold_until_window, bool):
             raise ConfigError(f"must be true or false, got {hold_until_window!r}", field="policy.hold_until_window")
         self.hold_until_window = hold_until_window
@@ -648,8 +658,10 @@ class AdaptivePolicy:
         self.tracker.observe(job)
         rules, feats = self._rule_table(state.topology)
         self.last_condition = self.tracker.features(state.topology)
+        big = (self.lookup_first_above_servers is not None
+               and state.topology.num_servers > self.lookup_first_above_servers)
         scores = self.weights.scores(self.last_condition, feats,
-                                     lookup=self.tracker.full or not self.lookup_after_window)
+                                     lookup=self.tracker.full or not self.lookup_after_window or big)
         if self.selector_memory == 1:
             return rules, scores
         if self._mean_scores is None:  # the episode's first job (reset clears it)
