@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 
 from simulator.cluster import ClusterState
 from simulator.feasibility import FeasibilityTable
-from simulator.policies.heuristics import min_feasible_degree
+from simulator.policies.heuristics import first_feasible_block, min_feasible_degree
 from simulator.policy import Decision
 from simulator.topology import RampTopology
 from workloads.io import atomic_write
@@ -515,6 +515,10 @@ class AdaptivePolicy:
             On a big cluster without shadows the first jobs' rule decides the episode (the racks
             it fragments stay fragmented), and the MLP has seen few first-window samples of big
             clusters, while the lookup only asks conditions on the same cluster.
+        block_search: 0: the scenario's placer places the rule's degree; N: the first of the first
+            N free blocks of that degree in which the job meets its target
+            (:func:`simulator.policies.heuristics.first_feasible_block`). The shadows keep the
+            scenario's placer.
         hold_until_window: Keep the rule picked on the episode's first job until the condition
             comes from a whole window of arrivals; then leave it only for a rule that scores more
             than ``selector_margin`` better (with margin 0, each job's best). The
@@ -534,7 +538,8 @@ class AdaptivePolicy:
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
-                 hold_from_job: int = 1, lookup_first_above_servers: int | None = None) -> None:
+                 hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
+                 block_search: int = 0) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -560,6 +565,9 @@ class AdaptivePolicy:
             raise ConfigError(f"must be an integer >= 1 or null, got {lookup_first_above_servers!r}",
                               field="policy.lookup_first_above_servers")
         self.lookup_first_above_servers = lookup_first_above_servers
+        if isinstance(block_search, bool) or not isinstance(block_search, int) or block_search < 0:
+            raise ConfigError(f"must be an integer >= 0, got {block_search!r}", field="policy.block_search")
+        self.block_search = block_search
         if not isinstance(hold_until_window, bool):
             raise ConfigError(f"must be true or false, got {hold_until_window!r}", field="policy.hold_until_window")
         self.hold_until_window = hold_until_window
@@ -753,6 +761,10 @@ class AdaptivePolicy:
         degree = rule.degree(state)
         if self._critic is not None and state.topology.num_servers == self._critic_servers:
             degree = self._critique(job, state, rule, degree)
+        if self.block_search and degree:
+            block = first_feasible_block(state.feasibility, degree, self.block_search)
+            if block is not None:
+                return Decision(degree, block.servers)
         return Decision(degree)
 
     def _critique(self, job: JobSpec, state: ClusterState, rule: Rule, degree: int) -> int:

@@ -18,7 +18,7 @@ from simulator.cluster import ClusterState
 from simulator.errors import ConfigError, InvalidDecision
 from simulator.feasibility import FeasibilityTable, MaskKind
 from simulator.policy import Decision
-from simulator.topology import RampTopology
+from simulator.topology import Block, RampTopology
 from workloads.jobs import JobSpec
 
 
@@ -34,17 +34,48 @@ def _check_mask(mask: str) -> MaskKind:
     return mask  # type: ignore[return-value]
 
 
+def first_feasible_block(table: FeasibilityTable, degree: int, limit: int) -> Block | None:
+    """The first of the first ``limit`` free blocks of ``degree`` servers (first-fit order) in
+    which the job meets its target; ``None`` if none of them does (or ``degree`` is 0).
+
+    A rule's degree is otherwise placed by the scenario's placer (the paper's: ops first fit
+    across the cluster); placing the job in a whole symmetric block, and looking past blocks
+    where it would miss its target, accepts more jobs (BENCHMARKS.md §10).
+    """
+    if degree == 0 or limit <= 0:
+        return None
+    for block in table.free_blocks(degree)[:limit]:
+        if table.feasible(degree, block):
+            return block
+    return None
+
+
+def _check_block_search(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"policy.block_search must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _placed(table: FeasibilityTable, degree: int, block_search: int) -> Decision:
+    """``Decision(degree)``, in the first feasible block when ``block_search`` > 0 finds one."""
+    block = first_feasible_block(table, degree, block_search) if block_search else None
+    return Decision(degree, block.servers if block is not None else None)
+
+
 class ParaMax:
     """Maximum parallelism: the largest allowed degree, capped at ``max_degree`` (paper: 16).
 
     Args:
         max_degree: Cap on the degree.
         mask: Which degrees count as allowed (``paper`` reproduces the original).
+        block_search: 0: the scenario's placer places the job; N: the first of the first N free
+            blocks of the degree in which the job meets its target (:func:`first_feasible_block`).
     """
 
-    def __init__(self, max_degree: int = 16, mask: MaskKind = "paper") -> None:
+    def __init__(self, max_degree: int = 16, mask: MaskKind = "paper", block_search: int = 0) -> None:
         self.max_degree = max_degree
         self.mask = _check_mask(mask)
+        self.block_search = _check_block_search(block_search)
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless."""
@@ -52,7 +83,7 @@ class ParaMax:
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Largest allowed degree (<= ``max_degree``), or reject if none."""
         valid = [d for d in _valid_degrees(state, self.mask) if d <= self.max_degree]
-        return Decision(max(valid) if valid else 0)
+        return _placed(state.feasibility, max(valid) if valid else 0, self.block_search)
 
 
 class ParaMin:
@@ -173,16 +204,19 @@ class MinFeasible:
 
     Args:
         min_degree: Smallest degree to prefer (1 = plain ``min_feasible``).
+        block_search: 0: the scenario's placer places the job; N: the first of the first N free
+            blocks of the degree in which the job meets its target (:func:`first_feasible_block`).
     """
 
-    def __init__(self, min_degree: int = 1) -> None:
+    def __init__(self, min_degree: int = 1, block_search: int = 0) -> None:
         if isinstance(min_degree, bool) or not isinstance(min_degree, int) or min_degree < 1:
             raise ValueError(f"policy.min_degree must be an integer >= 1, got {min_degree!r}")
         self.min_degree = min_degree
+        self.block_search = _check_block_search(block_search)
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless."""
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Smallest feasible degree (>= ``min_degree`` when possible), or reject."""
-        return Decision(min_feasible_degree(state.feasibility, self.min_degree))
+        return _placed(state.feasibility, min_feasible_degree(state.feasibility, self.min_degree), self.block_search)
