@@ -739,7 +739,8 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
 #: The first adaptive checkpoint, with the settings it was measured with (BENCHMARKS §10); the
 #: default (``conf/policy/pacml_adaptive.yaml``) is ``paper_adaptive_knn`` with its own.
 MLP_SETTINGS = ["policy.checkpoint=paper_adaptive", "policy.hold_until_window=false",
-                "policy.lookup_after_window=false", "policy.selector_margin=0.0", "policy.shadow_margin=3"]
+                "policy.lookup_after_window=false", "policy.selector_margin=0.0", "policy.shadow_margin=3",
+                "policy.block_search=0"]
 
 
 @pytest.mark.parametrize(("name", "cluster"), [("paper_adaptive", "ramp32"), ("paper_adaptive", "ramp512"),
@@ -759,8 +760,8 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     policy = build_policy(cfg)  # as pacml-sim builds it: the default checkpoint, 8 shadow clusters
     assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
     assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn
-    assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin) == (
-        (True, 0.01, 15) if knn else (False, 0.0, 3))
+    assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search) == (
+        (True, 0.01, 15, 64) if knn else (False, 0.0, 3, 0))
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
@@ -810,3 +811,27 @@ def test_a_switched_episode_follows_one_rule_then_the_other() -> None:
         differ += a.degree(state) != b.degree(state)
         sim.apply(decision)
     assert n > 40 and differ > 10  # the two rules do decide differently here
+
+
+def test_block_search_places_the_rules_degree_in_the_first_feasible_block() -> None:
+    from simulator.policies.heuristics import first_feasible_block
+
+    cfg = compose_sim_config(PAPER_D)
+    topo = build_topology(cfg)
+    plain = AdaptivePolicy(weights=_Prefer("min_feasible(4)", topo))
+    blocks = AdaptivePolicy(weights=_Prefer("min_feasible(4)", topo), block_search=64)
+    sim = build_simulation(cfg, seed=5)
+    placed = 0
+    while (job := sim.next_job()) is not None:
+        state = sim.state()
+        decision = blocks.decide(job, state)
+        same = plain.decide(job, state)
+        assert decision.degree == same.degree and same.placement is None  # the rule's degree either way
+        block = first_feasible_block(state.feasibility, decision.degree, 64)
+        assert decision.placement == (block.servers if block is not None else None)
+        placed += decision.placement is not None
+        sim.apply(decision)
+    assert placed > 0
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="block_search"):
+            AdaptivePolicy(weights=_Prefer("min_feasible(4)", topo), block_search=bad)
