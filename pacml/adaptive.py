@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 
 from simulator.cluster import ClusterState
 from simulator.feasibility import FeasibilityTable
-from simulator.policies.heuristics import first_feasible_block, min_feasible_degree
+from simulator.policies.heuristics import min_feasible_degree, placed_decision
 from simulator.policy import Decision
 from simulator.topology import RampTopology
 from workloads.io import atomic_write
@@ -761,11 +761,7 @@ class AdaptivePolicy:
         degree = rule.degree(state)
         if self._critic is not None and state.topology.num_servers == self._critic_servers:
             degree = self._critique(job, state, rule, degree)
-        if self.block_search and degree:
-            block = first_feasible_block(state.feasibility, degree, self.block_search)
-            if block is not None:
-                return Decision(degree, block.servers)
-        return Decision(degree)
+        return placed_decision(state.feasibility, degree, self.block_search)
 
     def _critique(self, job: JobSpec, state: ClusterState, rule: Rule, degree: int) -> int:
         """``degree``, or the feasible degree the critic predicts blocks more than

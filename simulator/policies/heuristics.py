@@ -56,7 +56,7 @@ def _check_block_search(value: Any) -> int:
     return value
 
 
-def _placed(table: FeasibilityTable, degree: int, block_search: int) -> Decision:
+def placed_decision(table: FeasibilityTable, degree: int, block_search: int) -> Decision:
     """``Decision(degree)``, in the first feasible block when ``block_search`` > 0 finds one."""
     block = first_feasible_block(table, degree, block_search) if block_search else None
     return Decision(degree, block.servers if block is not None else None)
@@ -83,7 +83,7 @@ class ParaMax:
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Largest allowed degree (<= ``max_degree``), or reject if none."""
         valid = [d for d in _valid_degrees(state, self.mask) if d <= self.max_degree]
-        return _placed(state.feasibility, max(valid) if valid else 0, self.block_search)
+        return placed_decision(state.feasibility, max(valid) if valid else 0, self.block_search)
 
 
 class ParaMin:
@@ -219,4 +219,4 @@ class MinFeasible:
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Smallest feasible degree (>= ``min_degree`` when possible), or reject."""
-        return _placed(state.feasibility, min_feasible_degree(state.feasibility, self.min_degree), self.block_search)
+        return placed_decision(state.feasibility, min_feasible_degree(state.feasibility, self.min_degree), self.block_search)
