@@ -337,22 +337,16 @@ def tune_neighbour_weights(table: NeighbourTable, val: list[dict[str, Any]], cfg
 
     best = before = score(weights)
     steps, stopped = 0, False
-    for _ in range(2):
-        for cols in FEATURE_GROUPS.values():
-            for factor in WEIGHT_STEPS:
-                if time.monotonic() >= deadline:
-                    stopped = True
-                    break
-                trial = weights.copy()
-                trial[cols] *= factor
-                got = score(trial)
-                steps += 1
-                if got < best * 0.99:
-                    best, weights = got, trial
-            if stopped:
-                break
-        if stopped:
+    for cols, factor in [(cols, f) for _ in range(2) for cols in FEATURE_GROUPS.values() for f in WEIGHT_STEPS]:
+        if time.monotonic() >= deadline:
+            stopped = True
             break
+        trial = weights.copy()
+        trial[cols] *= factor
+        got = score(trial)
+        steps += 1
+        if got < best * 0.99:
+            best, weights = got, trial
     record = {"regret_before": before, "regret_after": best, "steps": steps, "stopped_at_deadline": stopped,
               "weights": {name: float(weights[cols][0]) for name, cols in FEATURE_GROUPS.items()}}
     return replace(table, weights=weights.astype(np.float32)), record

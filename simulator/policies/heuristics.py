@@ -8,6 +8,7 @@ job. Set ``mask: feasible`` to give them the exact feasibility instead.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -44,7 +45,8 @@ def first_feasible_block(table: FeasibilityTable, degree: int, limit: int) -> Bl
     """
     if degree == 0 or limit <= 0:
         return None
-    for block in table.free_blocks(degree)[:limit]:
+    # Lazily: a slice would make all ``limit`` blocks, and the first one usually takes the job.
+    for block in itertools.islice(table.free_blocks(degree), limit):
         if table.feasible(degree, block):
             return block
     return None
