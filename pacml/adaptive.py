@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 
 from simulator.cluster import ClusterState
 from simulator.feasibility import FeasibilityTable
-from simulator.policies.heuristics import min_feasible_degree, placed_decision
+from simulator.policies.heuristics import first_feasible_block, min_feasible_degree, placed_decision
 from simulator.policy import Decision
 from simulator.topology import RampTopology
 from workloads.io import atomic_write
@@ -436,13 +436,15 @@ class ShadowCluster:
     simulator, sharing the real cluster's lookahead caches), started empty and fed the arriving
     jobs as the real cluster shows them to the policy. Arrivals do not depend on decisions, so it
     sees exactly the stream the rule would have met. ``blocked`` counts the jobs the rule blocked
-    on arrival (no feasible degree, or a target the degree misses).
+    on arrival (no feasible degree, or a target the degree misses). With ``block_search`` > 0 the
+    rule's degree goes to its first feasible block, as the agent places it (:func:`start_rule`).
     """
 
-    def __init__(self, rule: Rule, state: ClusterState) -> None:
+    def __init__(self, rule: Rule, state: ClusterState, block_search: int = 0) -> None:
         from simulator.policies.lookahead import RolloutCluster
 
         self.rule = rule
+        self.block_search = block_search
         self._cluster = RolloutCluster(state.feasibility.engine)
         self.blocked = 0
         self.decided = 0
@@ -453,8 +455,18 @@ class ShadowCluster:
         """Decide ``job`` (the real cluster's arriving job) with the rule."""
         table = self._cluster.table(job)
         self.decided += 1
-        self.last_blocked = not self._cluster.start(table, self.rule.degree_for(table))
+        self.last_blocked = not start_rule(self._cluster, table, self.rule, self.block_search)
         self.blocked += self.last_blocked
+
+
+def start_rule(cluster: Any, table: FeasibilityTable, rule: Rule, block_search: int = 0) -> bool:
+    """Start ``table``'s job on a :class:`~simulator.policies.lookahead.RolloutCluster` with
+    ``rule``'s degree, placed as :func:`~simulator.policies.heuristics.placed_decision` places it
+    (``block_search`` > 0: in the first feasible of the first N free blocks, else the scenario's
+    placer); ``False``: blocked."""
+    degree = rule.degree_for(table)
+    block = first_feasible_block(table, degree, block_search) if block_search else None
+    return bool(cluster.start(table, degree, block))
 
 
 class AdaptivePolicy:
@@ -517,8 +529,9 @@ class AdaptivePolicy:
             clusters, while the lookup only asks conditions on the same cluster.
         block_search: 0: the scenario's placer places the rule's degree; N: the first of the first
             N free blocks of that degree in which the job meets its target
-            (:func:`simulator.policies.heuristics.first_feasible_block`). The shadows keep the
-            scenario's placer.
+            (:func:`simulator.policies.heuristics.first_feasible_block`).
+        shadow_blocks: The shadow clusters place their rules' degrees as the agent does
+            (``block_search``); false: with the scenario's placer.
         hold_until_window: Keep the rule picked on the episode's first job until the condition
             comes from a whole window of arrivals; then leave it only for a rule that scores more
             than ``selector_margin`` better (with margin 0, each job's best). The
@@ -539,7 +552,7 @@ class AdaptivePolicy:
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
-                 block_search: int = 0) -> None:
+                 block_search: int = 0, shadow_blocks: bool = False) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -568,6 +581,9 @@ class AdaptivePolicy:
         if isinstance(block_search, bool) or not isinstance(block_search, int) or block_search < 0:
             raise ConfigError(f"must be an integer >= 0, got {block_search!r}", field="policy.block_search")
         self.block_search = block_search
+        if not isinstance(shadow_blocks, bool):
+            raise ConfigError(f"must be true or false, got {shadow_blocks!r}", field="policy.shadow_blocks")
+        self.shadow_blocks = shadow_blocks
         if not isinstance(hold_until_window, bool):
             raise ConfigError(f"must be true or false, got {hold_until_window!r}", field="policy.hold_until_window")
         self.hold_until_window = hold_until_window
@@ -737,7 +753,8 @@ class AdaptivePolicy:
                                   or state.topology.num_servers <= self.shadow_max_servers):
             if not self.shadows:
                 order = np.argsort(-scores, kind="stable")[:self.shadow_rules]
-                self.shadows = [ShadowCluster(rules[int(i)], state) for i in sorted(order)]
+                self.shadows = [ShadowCluster(rules[int(i)], state, self.block_search if self.shadow_blocks else 0)
+                                for i in sorted(order)]
                 self._discordant = np.zeros((len(self.shadows), len(self.shadows)), dtype=np.int64)
             for shadow in self.shadows:
                 shadow.step(job)
@@ -866,7 +883,7 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
 
 
 def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
-                   window: int = WINDOW) -> dict[str, Any]:
+                   window: int = WINDOW, block_search: int = 0) -> dict[str, Any]:
     """Every rule of :func:`rule_candidates` on ``seeds`` of one condition.
 
     One simulation per seed, decided by the first rule; every rule (the first one too) runs on a
@@ -875,6 +892,8 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
     what its simulation blocked, counted with the simulation's end-of-horizon accounting; if it
     ever does not, the condition is simulated rule by rule instead (:func:`teacher_search_full`).
     Both give the same numbers (``tests/test_adaptive.py``); this one costs about a quarter.
+    ``block_search`` > 0: every rule places its degree as the agent with that setting does
+    (:func:`start_rule`).
 
     Returns the rules' labels and features, their blocking rates ``(rules, seeds)`` and condition
     features sampled along the episodes (the same for every rule: they depend only on arrivals),
@@ -900,9 +919,8 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
             tracker.observe(job)
             conds.append(tracker.features(topology))
             for i, rule in enumerate(rules):
-                table = copies[i].table(job)
-                blocked[i] += not copies[i].start(table, rule.degree_for(table))
-            sim.apply(Decision(rules[0].degree(state)))
+                blocked[i] += not start_rule(copies[i], copies[i].table(job), rule, block_search)
+            sim.apply(placed_decision(state.feasibility, rules[0].degree(state), block_search))
         summary = sim.finalize().summary
         if sim.accounting == "paper" and sim.horizon_s is not None:  # running at the horizon counts as blocked
             at_end = np.array([c.running_after(sim.horizon_s) for c in copies], dtype=np.int64)
@@ -912,13 +930,13 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
             log.warning("teacher search: the rollout copy of %s blocked %d jobs, its simulation %d (%s, seed %d);"
                         " simulating every rule", rules[0].label, blocked[0], summary["num_jobs_blocked"],
                         " ".join(overrides), seed)
-            return teacher_search_full(overrides, seeds, samples_per_episode, window)
+            return teacher_search_full(overrides, seeds, samples_per_episode, window, block_search)
         blocking[:, j] = blocked / summary["num_jobs_arrived"]
     return _teacher_result(overrides, seeds, rules, topology, blocking, conds, samples_per_episode, end, horizon_s)
 
 
 def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
-                        window: int = WINDOW) -> dict[str, Any]:
+                        window: int = WINDOW, block_search: int = 0) -> dict[str, Any]:
     """:func:`teacher_search` by one full simulation per rule and seed (the reference; slower)."""
     new_sim, topology, rules = _teacher_setup(overrides)
     blocking = np.zeros((len(rules), len(seeds)))
@@ -935,7 +953,7 @@ def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_
                 if tracker is not None:
                     tracker.observe(job)
                     conds.append(tracker.features(topology))
-                sim.apply(Decision(rule.degree(state)))
+                sim.apply(placed_decision(state.feasibility, rule.degree(state), block_search))
             summary = sim.finalize().summary
             blocking[i, j] = summary["blocking_rate"]
             end[i, j] = summary["blocked_by_reason"]["running_at_horizon"] / summary["num_jobs_arrived"]

@@ -73,6 +73,7 @@ class AdaptiveTrainConfig:
     label_horizon_s: float | None = None
     neighbours: int | None = None
     tune_neighbours: bool = False
+    block_search: int = 0
 
 
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
@@ -95,12 +96,12 @@ def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
     return [base + s for s in range(count)]
 
 
-def _search_worker(args: tuple[list[str], list[int], str, int]) -> tuple[str, float]:
-    overrides, seeds, path, window = args
+def _search_worker(args: tuple[list[str], list[int], str, int, int]) -> tuple[str, float]:
+    overrides, seeds, path, window, block_search = args
     start = time.perf_counter()
-    res = teacher_search(overrides, seeds, window=window)
+    res = teacher_search(overrides, seeds, window=window, block_search=block_search)
     meta = json.dumps({"overrides": res["overrides"], "seeds": res["seeds"], "rules": res["rules"],
-                       "window": window, "horizon_s": res["horizon_s"]})
+                       "window": window, "horizon_s": res["horizon_s"], "block_search": block_search})
 
     def write(fh: Any) -> None:
         np.savez(fh, blocking=res["blocking"], end_blocking=res["end_blocking"], rule_features=res["rule_features"],
@@ -161,8 +162,8 @@ def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: b
     ``on_done()`` is called after each condition is written."""
     folder = out_dir / "conditions"
     folder.mkdir(parents=True, exist_ok=True)
-    todo = [(condition_overrides(cfg, i), condition_seeds(cfg, i), str(folder / f"{i:04d}.npz"), cfg.window)
-            for i in range(cfg.num_conditions) if not (folder / f"{i:04d}.npz").is_file()]
+    todo = [(condition_overrides(cfg, i), condition_seeds(cfg, i), str(folder / f"{i:04d}.npz"), cfg.window,
+             cfg.block_search) for i in range(cfg.num_conditions) if not (folder / f"{i:04d}.npz").is_file()]
     done = cfg.num_conditions - len(todo)
     log.info("teacher search: %d of %d conditions done, %d to go (%d workers)", done, cfg.num_conditions,
              len(todo), cfg.workers)
@@ -442,7 +443,7 @@ USED_FILE = "time_used.json"
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
 SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "jobs_per_server", "seed", "core_frac",
-               "scenario", "window")
+               "scenario", "window", "block_search")
 
 
 def adaptive_run_dir(resume: str | None, default: str) -> str:
@@ -478,7 +479,7 @@ def command() -> Any:
               "core_frac": Rule(float, low=0.0, high=1.0),
               "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
               "label_horizon_s": Rule(float | None, low=0.0, low_open=True),
-              "neighbours": Rule(int | None, low=1)}
+              "neighbours": Rule(int | None, low=1), "block_search": Rule(int, low=0)}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
             "refit": Rule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}

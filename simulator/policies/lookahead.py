@@ -38,6 +38,7 @@ from simulator.cluster import ClusterState
 from simulator.feasibility import Feasibility, FeasibilityTable
 from simulator.policies.heuristics import min_feasible_degree
 from simulator.policy import Decision, Policy
+from simulator.topology import Block
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec, Workload
 
@@ -77,11 +78,12 @@ class RolloutCluster:
             self.occupied_mask &= ~heapq.heappop(heap)[1]
         return self.engine.table(job, self.occupied_mask)
 
-    def start(self, table: FeasibilityTable, degree: int) -> bool:
-        """Start ``table``'s job at ``degree`` if the simulator would accept it; ``False``: blocked."""
-        if degree == 0 or not table.meets_target(degree):
+    def start(self, table: FeasibilityTable, degree: int, block: Block | None = None) -> bool:
+        """Start ``table``'s job at ``degree`` (inside ``block`` if given, as a decision naming its
+        servers) if the simulator would accept it; ``False``: blocked."""
+        if degree == 0 or not table.meets_target(degree, block):
             return False
-        placement, jct = table.placement(degree), table.jct_s(degree)
+        placement, jct = table.placement(degree, block), table.jct_s(degree, block)
         assert placement is not None and jct is not None
         self.occupied_mask |= placement.mask
         heapq.heappush(self.releases, (table.job.arrival_time_s + jct, placement.mask))
