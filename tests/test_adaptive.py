@@ -269,19 +269,23 @@ def test_sampled_conditions_build_and_are_reproducible() -> None:
 PAPER_D = ["scenario=paper", "beta=D", "horizon_s=300000", "progress=false"]  # 300 jobs at the paper's load
 
 
-@pytest.mark.parametrize("overrides, rule, heuristic", [
-    (PAPER_D, Rule("min_feasible", 4), MinFeasible(4)),
-    (PAPER_D, Rule("para_max", 16), ParaMax(16)),  # degrees that miss the target are blocked too
+@pytest.mark.parametrize("overrides, rule, heuristic, block_search", [
+    (PAPER_D, Rule("min_feasible", 4), MinFeasible(4), 0),
+    (PAPER_D, Rule("para_max", 16), ParaMax(16), 0),  # degrees that miss the target are blocked too
     (["scenario=paper", "cluster=ramp512", "beta=C", "mean_interarrival_s=62.5", "horizon_s=100000",
-      "progress=false"], Rule("min_feasible", 8), MinFeasible(8)),
+      "progress=false"], Rule("min_feasible", 8), MinFeasible(8), 0),
+    # Placed in blocks, as the agent with policy.block_search places them.
+    (PAPER_D, Rule("min_feasible", 4), MinFeasible(4, block_search=64), 64),
+    (PAPER_D, Rule("para_max", 16), ParaMax(16, block_search=8), 8),
 ])
-def test_a_shadow_cluster_blocks_exactly_what_its_rule_blocks_on_the_real_cluster(overrides, rule, heuristic) -> None:
+def test_a_shadow_cluster_blocks_exactly_what_its_rule_blocks_on_the_real_cluster(overrides, rule, heuristic,
+                                                                                  block_search) -> None:
     cfg = compose_sim_config(overrides)
     sim = build_simulation(cfg, seed=5)
     shadow, decided, blocked_now = None, 0, 0
     while (job := sim.next_job()) is not None:
         state = sim.state()
-        shadow = shadow or ShadowCluster(rule, state)
+        shadow = shadow or ShadowCluster(rule, state, block_search)
         shadow.step(job)
         decided += 1
         blocked_now += sim.apply(heuristic.decide(job, state)) is not None
@@ -392,7 +396,8 @@ def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
                      ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
                      ("selector_memory", 0), ("selector_memory", 2.5), ("shadow_novelty", -1.0),
-                     ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan"))):
+                     ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
+                     ("shadow_blocks", 1), ("shadow_blocks", "yes")):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
 
@@ -438,18 +443,34 @@ def test_jobs_per_server_lengthens_big_clusters_episodes_only_and_gives_them_few
     assert {32, 512} <= seen
 
 
-def test_teacher_search_matches_the_heuristic_runs() -> None:
+@pytest.mark.parametrize("block_search", [0, 64])
+def test_teacher_search_matches_the_heuristic_runs(block_search) -> None:
     over = [*SHORT, "horizon_s=30000"]
-    res = teacher_search(over, [7, 8], samples_per_episode=5)
+    res = teacher_search(over, [7, 8], samples_per_episode=5, block_search=block_search)
     assert res["blocking"].shape == (len(res["rules"]), 2) and res["conditions"].shape == (10, CONDITION_FEATURES)
     cfg = compose_sim_config(over)
-    i = res["rules"].index("min_feasible(4)")
-    for j, seed in enumerate((7, 8)):
-        sim = build_simulation(cfg, seed=seed)
-        pol = MinFeasible(4)
-        while (job := sim.next_job()) is not None:
-            sim.apply(pol.decide(job, sim.state()))
-        assert res["blocking"][i, j] == sim.finalize().summary["blocking_rate"]
+    for label, pol in (("min_feasible(4)", MinFeasible(4, block_search=block_search)),
+                       ("para_max(16)", ParaMax(16, block_search=block_search))):
+        i = res["rules"].index(label)
+        for j, seed in enumerate((7, 8)):
+            sim = build_simulation(cfg, seed=seed)
+            while (job := sim.next_job()) is not None:
+                sim.apply(pol.decide(job, sim.state()))
+            assert res["blocking"][i, j] == sim.finalize().summary["blocking_rate"], (label, seed)
+
+
+def test_block_placed_rules_rank_differently_in_the_teacher_search() -> None:
+    """Placement is part of a rule: on beta B at the paper's load min_feasible(8) in blocks blocks
+    fewer jobs than with first fit, and there it beats para_max (BENCHMARKS §10)."""
+    over = ["scenario=paper", "beta=B", "horizon_s=300000", "progress=false"]  # 300 jobs
+    # Seeds 1-8 in pairs: first fit 0.28-0.34, in blocks 0.22-0.24, para_max 0.25-0.27.
+    plain, blocks = (teacher_search(over, [1, 2], samples_per_episode=2, block_search=b) for b in (0, 64))
+    assert plain["rules"] == blocks["rules"]
+    np.testing.assert_array_equal(plain["conditions"], blocks["conditions"])  # arrivals only
+    mean = {b: dict(zip(r["rules"], r["blocking"].mean(axis=1), strict=True))
+            for b, r in ((0, plain), (64, blocks))}
+    assert mean[64]["min_feasible(8)"] < mean[0]["min_feasible(8)"] - 0.02
+    assert mean[64]["min_feasible(8)"] < mean[64]["para_max(16)"] - 0.01
 
 
 def test_window_changes_the_features_not_the_blocking_and_travels_with_the_checkpoint(tmp_path) -> None:
@@ -472,6 +493,9 @@ def test_window_changes_the_features_not_the_blocking_and_travels_with_the_check
 ])
 def test_teacher_search_equals_one_simulation_per_rule(over) -> None:
     fast, full = teacher_search(over, [5, 6], samples_per_episode=4), teacher_search_full(over, [5, 6], samples_per_episode=4)
+    if over[0] == "scenario=paper":  # placed in blocks, too (physical already places in blocks)
+        np.testing.assert_array_equal(teacher_search(over, [5, 6], samples_per_episode=4, block_search=64)["blocking"],
+                                      teacher_search_full(over, [5, 6], samples_per_episode=4, block_search=64)["blocking"])
     assert fast["rules"] == full["rules"]
     np.testing.assert_array_equal(fast["blocking"], full["blocking"])
     np.testing.assert_array_equal(fast["conditions"], full["conditions"])
@@ -725,6 +749,8 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     ("adaptive.minibatch_rows=0", "field 'adaptive.minibatch_rows'"),
     ("adaptive.neighbours=0", "field 'adaptive.neighbours'"),
     ("refit=SOURCE adaptive.seed=3", "field 'adaptive.seed': a refit reuses"),
+    ("adaptive.block_search=-1", "field 'adaptive.block_search'"),
+    ("refit=SOURCE adaptive.block_search=64", "field 'adaptive.block_search': a refit reuses"),
 ])
 def test_console_command_bad_input_is_one_line(tmp_path, override: str, message: str) -> None:
     source = tmp_path / "source"
