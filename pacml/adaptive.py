@@ -581,6 +581,10 @@ class AdaptivePolicy:
         if isinstance(block_search, bool) or not isinstance(block_search, int) or block_search < 0:
             raise ConfigError(f"must be an integer >= 0, got {block_search!r}", field="policy.block_search")
         self.block_search = block_search
+        trained = self.meta.get("train_config", {}).get("block_search")
+        if trained is not None and trained != block_search:  # its labels ranked rules placed otherwise
+            log.warning("%s was trained on rules placed with block_search=%d; it runs with policy.block_search=%d",
+                        checkpoint, trained, block_search)
         if not isinstance(shadow_blocks, bool):
             raise ConfigError(f"must be true or false, got {shadow_blocks!r}", field="policy.shadow_blocks")
         self.shadow_blocks = shadow_blocks

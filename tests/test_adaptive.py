@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import subprocess
 import sys
@@ -484,6 +485,17 @@ def test_window_changes_the_features_not_the_blocking_and_travels_with_the_check
     assert AdaptivePolicy(tmp_path / "adaptive.npz").tracker.window == 4
     save_adaptive(tmp_path / "adaptive.npz", weights, {"train_config": {}})  # trained before the option
     assert AdaptivePolicy(tmp_path / "adaptive.npz").tracker.window == 64
+
+
+def test_an_agent_run_with_another_placement_than_its_labels_says_so(tmp_path, caplog) -> None:
+    weights = SelectorWeights([(np.zeros((2, CONDITION_FEATURES + RULE_FEATURES)), np.zeros(2)),
+                               (np.zeros((1, 2)), np.zeros(1))])
+    save_adaptive(tmp_path / "blocks.npz", weights, {"train_config": {"block_search": 64}})
+    with caplog.at_level(logging.WARNING, logger="pacml.adaptive"):
+        AdaptivePolicy(tmp_path / "blocks.npz", block_search=64)
+        assert not caplog.records
+        AdaptivePolicy(tmp_path / "blocks.npz", block_search=0)
+    assert len(caplog.records) == 1 and "trained on rules placed with block_search=64" in caplog.records[0].message
 
 
 @pytest.mark.parametrize("over", [
