@@ -8,11 +8,13 @@ the oracle's per condition, and the average over the conditions.
 
 Usage:
     python benchmarks/bench_adaptive_knobs.py [--conditions a,b] [--workers 2] [--json FILE]
-        [--seeds 500100-500104] [--oracle-from EARLIER.json] VARIANT_JSON...
+        [--seeds 500100-500104] [--oracle-from EARLIER.json] [--oracle-block-search N] VARIANT_JSON...
     e.g. '{"shadow_rules":0}' '{"shadow_rules":0,"selector_memory":256}' '{}'
 
 A variant starts from the shipped agent's settings (``conf/policy/pacml_adaptive.yaml``), so
 ``'{}'`` is the agent ``policy=pacml_adaptive`` runs, and ``'{"shadow_rules":0}'`` its selector alone.
+``--oracle-block-search 64`` places the oracle's rules in blocks as ``policy.block_search=64``
+places them (the issue's oracle, 0, places them with the scenario's placer).
 """
 
 from __future__ import annotations
@@ -49,12 +51,13 @@ def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
     return name, variant, seed, float(build_simulation(cfg, seed=seed).run(policy).summary["blocking_rate"])
 
 
-def _oracle(args: tuple[str, tuple[int, ...]]) -> tuple[str, dict[str, Any]]:
-    name, seeds = args
-    res = teacher_search(get_condition(name).overrides, seeds)
+def _oracle(args: tuple[str, tuple[int, ...], int]) -> tuple[str, dict[str, Any]]:
+    name, seeds, block_search = args
+    res = teacher_search(get_condition(name).overrides, seeds, block_search=block_search)
     mean = res["blocking"].mean(axis=1)
     best = int(np.argmin(mean))
-    return name, {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist()}
+    return name, {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist(),
+                  "rules": dict(zip(res["rules"], mean.tolist(), strict=True))}
 
 
 def _fail(message: str) -> NoReturn:
@@ -73,6 +76,8 @@ def main() -> None:
     ap.add_argument("--seeds", default=f"{SEEDS[0]}-{SEEDS[-1]}", help="validation seeds, FIRST-LAST")
     ap.add_argument("--oracle-from", type=Path, default=None,
                     help="reuse the oracle of an earlier --json run on the same seeds (it is deterministic)")
+    ap.add_argument("--oracle-block-search", type=int, default=0,
+                    help="place the oracle's rules as policy.block_search=N places them (default 0: first fit)")
     a = ap.parse_args()
     try:
         seeds = validation_seeds(a.seeds)
@@ -86,6 +91,8 @@ def main() -> None:
             _fail(f"variant {v!r}: not JSON ({exc})")
         if not isinstance(knobs, dict) or set(knobs) - set(DEFAULTS):
             _fail(f"variant {v!r}: a JSON object with keys among {sorted(DEFAULTS)}")
+    if a.oracle_block_search < 0:
+        _fail(f"--oracle-block-search: must be >= 0, got {a.oracle_block_search}")
     unknown = [n for n in names if n not in {c.name for c in GRID}]
     if unknown:
         _fail(f"--conditions: unknown condition {unknown[0]!r}")
@@ -95,12 +102,15 @@ def main() -> None:
             earlier = json.loads(a.oracle_from.read_text())
             if earlier["seeds"] != list(seeds):
                 _fail(f"--oracle-from {a.oracle_from}: seeds {earlier['seeds']}, not {list(seeds)}")
+            if earlier.get("oracle_block_search", 0) != a.oracle_block_search:
+                _fail(f"--oracle-from {a.oracle_from}: oracle_block_search {earlier.get('oracle_block_search', 0)}, "
+                      f"not {a.oracle_block_search}")
             oracle = {n: earlier["oracle"][n] for n in names if n in earlier["oracle"]}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             _fail(f"--oracle-from {a.oracle_from}: not a results file of this benchmark ({exc})")
     tasks = [(n, v, s) for n in names for v in a.variants for s in seeds]
     with get_context("spawn").Pool(a.workers) as pool:
-        oracle |= dict(pool.map(_oracle, [(n, seeds) for n in names if n not in oracle]))
+        oracle |= dict(pool.map(_oracle, [(n, seeds, a.oracle_block_search) for n in names if n not in oracle]))
         runs = pool.map(_agent, tasks, chunksize=1)
     got: dict[tuple[str, str], dict[int, float]] = {}
     for n, v, s, b in runs:
@@ -117,8 +127,10 @@ def main() -> None:
     for i, v in enumerate(a.variants):
         print(f"  {i}: {v}")
     if a.json:
-        a.json.write_text(json.dumps({"seeds": list(seeds), "oracle": oracle, "minus_oracle": table,
-                                      "average": avg}, indent=2) + "\n")
+        per_seed = {v: {n: [got[(n, v)][s] for s in seeds] for n in names} for v in a.variants}
+        a.json.write_text(json.dumps({"seeds": list(seeds), "oracle_block_search": a.oracle_block_search,
+                                      "oracle": oracle, "minus_oracle": table, "average": avg,
+                                      "per_seed": per_seed}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
