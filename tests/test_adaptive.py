@@ -800,8 +800,8 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     policy = build_policy(cfg)  # as pacml-sim builds it: the default checkpoint, 8 shadow clusters
     assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
     assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn
-    assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search) == (
-        (True, 0.01, 15, 64) if knn else (False, 0.0, 3, 0))
+    assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search,
+            policy.shadow_blocks) == ((True, 0.01, 15, 64, True) if knn else (False, 0.0, 3, 0, True))
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
@@ -812,6 +812,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert len(policy.shadows) == (min(8, len(rule_candidates(topo))) if shadowed else 0)
     assert shadowed == (cluster == "ramp32")
     assert all(s.decided == len(policy.chosen) for s in policy.shadows)
+    assert all(s.block_search == policy.block_search for s in policy.shadows)  # placed as the agent places
 
 
 def _load_switch_bench():
