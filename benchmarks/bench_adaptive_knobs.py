@@ -39,15 +39,22 @@ from pacml.env import compose_sim_config  # noqa: E402
 from simulator.build import build_simulation  # noqa: E402
 
 SEEDS = tuple(range(500100, 500105))
+#: The shipped settings' keys (the checkpoint is resolved per condition: its scenario family's agent).
 DEFAULTS = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(ROOT / "conf/policy/pacml_adaptive.yaml")).items()
             if k != "_target_"}
+
+
+def shipped_settings(condition_overrides: tuple[str, ...]) -> dict[str, Any]:
+    """``policy=pacml_adaptive``'s settings on a condition, as ``pacml-sim`` composes them."""
+    cfg = compose_sim_config([*condition_overrides, "policy=pacml_adaptive", "progress=false"])
+    return {k: v for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items() if k != "_target_"}
 
 
 def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
     name, variant, seed = args
     cond = get_condition(name)
     cfg = compose_sim_config([*cond.overrides, "progress=false"])
-    policy = AdaptivePolicy(**{**DEFAULTS, **json.loads(variant)})
+    policy = AdaptivePolicy(**{**shipped_settings(cond.overrides), **json.loads(variant)})
     return name, variant, seed, float(build_simulation(cfg, seed=seed).run(policy).summary["blocking_rate"])
 
 

@@ -77,6 +77,7 @@ SIM_KEYS: dict[str, Rule] = {
     "mean_interarrival_s": _pos(),
     "horizon_s": _pos(float | None),
     "horizon_accounting": Rule(typing.Literal["drain", "paper"]),
+    "scenario_family": Rule(str, non_empty=True),
     "progress": Rule(bool),
     "out_dir": Rule(str | None, non_empty=True),
     "skip_finished": Rule(bool),

@@ -777,26 +777,31 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
 
 
 #: The first adaptive checkpoint, with the settings it was measured with (BENCHMARKS §10); the
-#: default (``conf/policy/pacml_adaptive.yaml``) is ``paper_adaptive_knn`` with its own.
+#: default (``conf/policy/pacml_adaptive.yaml``) is ``paper_adaptive_knn`` with its own (in the
+#: physical scenario's family, ``physical_adaptive_knn``).
 MLP_SETTINGS = ["policy.checkpoint=paper_adaptive", "policy.hold_until_window=false",
                 "policy.lookup_after_window=false", "policy.selector_margin=0.0", "policy.shadow_margin=3",
                 "policy.block_search=0"]
 
 
 @pytest.mark.parametrize(("name", "cluster"), [("paper_adaptive", "ramp32"), ("paper_adaptive", "ramp512"),
-                                               ("paper_adaptive_knn", "ramp32"), ("paper_adaptive_knn", "ramp512")])
+                                               ("paper_adaptive_knn", "ramp32"), ("paper_adaptive_knn", "ramp512"),
+                                               ("physical_adaptive_knn", "ramp32"),
+                                               ("physical_adaptive_knn", "ramp512")])
 def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     """The shipped agents hold their training record and decide a short episode on any cluster with
-    rules that cluster offers."""
+    rules that cluster offers; ``policy=pacml_adaptive`` takes its scenario family's agent."""
     from pacml.policy import SHIPPED_DIR
 
     for file in ("adaptive.npz", "train_config.yaml", "metrics.csv", "train_summary.json"):
         assert (SHIPPED_DIR / name / file).is_file(), file
-    gap = 1000.0 if cluster == "ramp32" else 62.5
-    knn = name == "paper_adaptive_knn"
-    cfg = compose_sim_config(["scenario=paper", "beta=C", f"cluster={cluster}", f"mean_interarrival_s={gap}",
+    family = name.split("_")[0]
+    gap = (1000.0 if cluster == "ramp32" else 62.5) / (1000.0 if family == "physical" else 1.0)
+    knn = name.endswith("_knn")
+    cfg = compose_sim_config([f"scenario={family}", "beta=C", f"cluster={cluster}", f"mean_interarrival_s={gap}",
                               f"horizon_s={150 * gap}", "progress=false", "policy=pacml_adaptive",
                               *([] if knn else MLP_SETTINGS)])
+    assert cfg.policy.checkpoint == (name if knn else "paper_adaptive")  # the family's agent by default
     policy = build_policy(cfg)  # as pacml-sim builds it: the default checkpoint, 8 shadow clusters
     assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
     assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn

@@ -366,7 +366,7 @@ def test_every_shipped_checkpoint_is_tested() -> None:
 
     # placers/: the learned op placers, tested in tests/test_learned_placer.py.
     assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and p.name != "placers") == sorted(
-        [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS + ["paper_adaptive", "paper_adaptive_knn"])  # tests/test_adaptive.py
+        [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS + ["paper_adaptive", "paper_adaptive_knn", "physical_adaptive_knn"])  # tests/test_adaptive.py
 
 
 SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
