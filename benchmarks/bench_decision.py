@@ -118,13 +118,15 @@ def _warm_kernels(overrides: list[str]) -> None:
 
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
             max_decisions: int | None = None, thaw: bool = False, adaptive: str | None = None,
-            shadow_rules: int = 0, critic: str | None = None, block_search: int = 0) -> dict[str, Any]:
+            shadow_rules: int = 0, critic: str | None = None, block_search: int = 0,
+            shadow_blocks: bool = False) -> dict[str, Any]:
     """Cold-cache latency of every decision of ``episodes`` episodes (seeds 0..episodes-1; at
     most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`;
     ``adaptive``: time the adaptive agent of that checkpoint (``policy=pacml_adaptive``) instead:
     its ``features`` are the condition features, its ``forward`` the selector's scores; with
     ``shadow_rules`` shadow clusters, whose simulation is in the total and their queries in the parts;
-    ``critic``: with its deviation critic, in the total)."""
+    ``critic``: with its deviation critic, in the total; ``shadow_blocks``: the shadows place
+    in blocks as the agent does)."""
     torch.set_num_threads(1)
     overrides = ["scenario=paper", f"beta={beta}", f"cluster={cluster}"]
     if interarrival_s is not None:
@@ -144,7 +146,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
             from pacml.adaptive import AdaptivePolicy
 
             policy = AdaptivePolicy(adaptive, shadow_rules=shadow_rules, shadow_max_servers=256, critic=critic,
-                                    block_search=block_search)
+                                    block_search=block_search, shadow_blocks=shadow_blocks)
         policy.reset(seed)
         timer = _Timer()
         placer, step_model = feas.placer, feas.step_model
@@ -230,18 +232,21 @@ def main() -> None:
     parser.add_argument("--critic", default=None, help="with --adaptive: its deviation critic (policy.critic)")
     parser.add_argument("--block-search", type=int, default=0,
                         help="with --adaptive: place in the first feasible of this many free blocks (policy.block_search)")
+    parser.add_argument("--shadow-blocks", action="store_true",
+                        help="with --adaptive: the shadows place in blocks as the agent does (policy.shadow_blocks)")
     args = parser.parse_args()
     spinner = _busy_core() if args.busy else None
     load_before = os.getloadavg()[0]
     try:
         result = {"cluster": args.cluster, "busy": spinner is not None, "frozen_heap": not args.no_freeze,
                   "agent": (f"adaptive {args.adaptive}, {args.shadow_rules} shadow rules, critic {args.critic}, "
-                            f"block search {args.block_search}"
+                            f"block search {args.block_search}, shadows in blocks {args.shadow_blocks}"
                             if args.adaptive else
                             f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree"),
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
                   **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions,
-                          args.no_freeze, args.adaptive, args.shadow_rules, args.critic, args.block_search)}
+                          args.no_freeze, args.adaptive, args.shadow_rules, args.critic, args.block_search,
+                          args.shadow_blocks)}
         # Other processes on the host (1-minute load average, the spinner included): wall times
         # above are for this load; CPU times (cpu_*) do not depend on it.
         result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
