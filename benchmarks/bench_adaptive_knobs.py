@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pacml.adaptive import AdaptivePolicy, teacher_search  # noqa: E402
+from pacml.adaptive import AdaptivePolicy, oracle_rule  # noqa: E402
 from pacml.conditions import GRID, get_condition, validation_seeds  # noqa: E402
 from pacml.env import compose_sim_config  # noqa: E402
 from simulator.build import build_simulation  # noqa: E402
@@ -60,11 +60,7 @@ def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
 
 def _oracle(args: tuple[str, tuple[int, ...], int]) -> tuple[str, dict[str, Any]]:
     name, seeds, block_search = args
-    res = teacher_search(get_condition(name).overrides, seeds, block_search=block_search)
-    mean = res["blocking"].mean(axis=1)
-    best = int(np.argmin(mean))
-    return name, {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist(),
-                  "rules": dict(zip(res["rules"], mean.tolist(), strict=True))}
+    return name, oracle_rule(get_condition(name).overrides, seeds, block_search)
 
 
 def _fail(message: str) -> NoReturn:

@@ -31,18 +31,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pacml.adaptive import teacher_search  # noqa: E402
+from pacml.adaptive import oracle_rule  # noqa: E402
 from pacml.conditions import EVAL_SEEDS, GRID, get_condition, paired_difference  # noqa: E402
 
 
 def _oracle(args: tuple[str, tuple[int, ...], int]) -> tuple[str, dict[str, Any]]:
     name, seeds, block_search = args
-    res = teacher_search([*get_condition(name).overrides, "progress=false"], seeds, samples_per_episode=1,
-                         block_search=block_search)
-    mean = res["blocking"].mean(axis=1)
-    best = int(np.argmin(mean))
-    return name, {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist(),
-                  "rules": dict(zip(res["rules"], mean.tolist(), strict=True))}
+    return name, oracle_rule(get_condition(name).overrides, seeds, block_search)
 
 
 def _fail(message: str) -> NoReturn:

@@ -964,6 +964,17 @@ def teacher_search_full(overrides: Sequence[str], seeds: Sequence[int], samples_
     return _teacher_result(overrides, seeds, rules, topology, blocking, conds, samples_per_episode, end, horizon_s)
 
 
+def oracle_rule(overrides: Sequence[str], seeds: Sequence[int], block_search: int = 0) -> dict[str, Any]:
+    """The best rule of one condition on ``seeds`` (lowest mean blocking), from one
+    :func:`teacher_search`: ``rule`` (its label), ``per_seed`` (its blocking per seed) and
+    ``rules`` (every rule's mean). ``block_search``: the rules placed as that setting places them."""
+    res = teacher_search([*overrides, "progress=false"], seeds, samples_per_episode=1, block_search=block_search)
+    mean = res["blocking"].mean(axis=1)
+    best = int(np.argmin(mean))
+    return {"rule": res["rules"][best], "per_seed": res["blocking"][best].tolist(),
+            "rules": dict(zip(res["rules"], mean.tolist(), strict=True))}
+
+
 def _teacher_setup(overrides: Sequence[str]) -> tuple[Any, RampTopology, list[Rule]]:
     """A condition's simulation factory (``seed -> Simulation``, sharing one feasibility engine and
     workload), its topology and its rules."""

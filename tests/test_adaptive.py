@@ -460,6 +460,18 @@ def test_teacher_search_matches_the_heuristic_runs(block_search) -> None:
             assert res["blocking"][i, j] == sim.finalize().summary["blocking_rate"], (label, seed)
 
 
+def test_oracle_rule_is_the_teacher_searchs_best_rule() -> None:
+    from pacml.adaptive import oracle_rule
+
+    over = [*SHORT, "horizon_s=30000"]
+    for block_search in (0, 64):
+        res = teacher_search(over, [7, 8], samples_per_episode=1, block_search=block_search)
+        got = oracle_rule(over, [7, 8], block_search)
+        best = int(np.argmin(res["blocking"].mean(axis=1)))
+        assert got["rule"] == res["rules"][best] and got["per_seed"] == res["blocking"][best].tolist()
+        assert got["rules"][got["rule"]] == min(got["rules"].values()) and set(got["rules"]) == set(res["rules"])
+
+
 def test_block_placed_rules_rank_differently_in_the_teacher_search() -> None:
     """Placement is part of a rule: on beta B at the paper's load min_feasible(8) in blocks blocks
     fewer jobs than with first fit, and there it beats para_max (BENCHMARKS §10)."""
