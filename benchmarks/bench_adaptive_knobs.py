@@ -44,17 +44,12 @@ DEFAULTS = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(ROOT / "conf/
             if k != "_target_"}
 
 
-def shipped_settings(condition_overrides: tuple[str, ...]) -> dict[str, Any]:
-    """``policy=pacml_adaptive``'s settings on a condition, as ``pacml-sim`` composes them."""
-    cfg = compose_sim_config([*condition_overrides, "policy=pacml_adaptive", "progress=false"])
-    return {k: v for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items() if k != "_target_"}
-
-
 def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
     name, variant, seed = args
-    cond = get_condition(name)
-    cfg = compose_sim_config([*cond.overrides, "progress=false"])
-    policy = AdaptivePolicy(**{**shipped_settings(cond.overrides), **json.loads(variant)})
+    # Composed as pacml-sim composes it, so the checkpoint resolves to the condition's family's agent.
+    cfg = compose_sim_config([*get_condition(name).overrides, "policy=pacml_adaptive", "progress=false"])
+    shipped = {k: v for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items() if k != "_target_"}
+    policy = AdaptivePolicy(**{**shipped, **json.loads(variant)})
     return name, variant, seed, float(build_simulation(cfg, seed=seed).run(policy).summary["blocking_rate"])
 
 

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,6 +49,9 @@ from simulator.policy import Decision
 from simulator.topology import RampTopology
 from workloads.io import atomic_write
 from workloads.jobs import JobSpec
+
+if TYPE_CHECKING:
+    from simulator.policies.lookahead import RolloutCluster
 
 log = logging.getLogger(__name__)
 
@@ -459,14 +462,14 @@ class ShadowCluster:
         self.blocked += self.last_blocked
 
 
-def start_rule(cluster: Any, table: FeasibilityTable, rule: Rule, block_search: int = 0) -> bool:
+def start_rule(cluster: RolloutCluster, table: FeasibilityTable, rule: Rule, block_search: int = 0) -> bool:
     """Start ``table``'s job on a :class:`~simulator.policies.lookahead.RolloutCluster` with
     ``rule``'s degree, placed as :func:`~simulator.policies.heuristics.placed_decision` places it
     (``block_search`` > 0: in the first feasible of the first N free blocks, else the scenario's
     placer); ``False``: blocked."""
     degree = rule.degree_for(table)
     block = first_feasible_block(table, degree, block_search) if block_search else None
-    return bool(cluster.start(table, degree, block))
+    return cluster.start(table, degree, block)
 
 
 class AdaptivePolicy:
