@@ -21,11 +21,11 @@ from analysis.stats import aggregate
 from workloads.io import atomic_write
 
 POLICY_ORDER = ("para_max", "para_min", "random", "min_feasible", "min_feasible_4", "sequential", "fixed",
-                "pacml")
+                "pacml", "pacml_beta")
 """Known policies in plotting order; each keeps its colour in every figure."""
 
 POLICY_LABELS = {**PAPER_POLICY_LABELS, "min_feasible": "Min_feasible", "min_feasible_4": "Min_feasible (>=4)",
-                 "sequential": "Sequential", "fixed": "Fixed"}
+                 "sequential": "Sequential", "fixed": "Fixed", "pacml_beta": "PAC-ML (per β)"}
 """Our policy name -> legend label (the paper's where it has one)."""
 
 BLOCKING_LABEL = "Blocking rate (fraction of arrived jobs)"

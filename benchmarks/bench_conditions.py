@@ -12,12 +12,13 @@ stdout, a ``summary`` section in the JSON and a figure.
 Usage::
 
     python benchmarks/bench_conditions.py                       # rules + the shipped agents
-    python benchmarks/bench_conditions.py --agent "adaptive=policy=pacml policy.checkpoint=outputs/x/policy.pt"
+    python benchmarks/bench_conditions.py --agent "mine=policy=pacml policy.checkpoint=outputs/x/adaptive.npz"
     python benchmarks/bench_conditions.py --conditions 'paper_*' poisson_B --seeds 3 --workers 1
 
 ``--agent LABEL=OVERRIDES`` is repeatable; ``{scenario}`` and ``{beta}`` in the overrides become
-the condition's choices. Without ``--agent`` the shipped per-scenario, per-beta agents run:
-``shipped=policy=pacml policy.checkpoint={scenario}_beta{beta}``. An agent that cannot run on a
+the condition's choices. Without ``--agent`` the shipped agents run: ``pacml=policy=pacml`` (the
+adaptive agent of the condition's scenario family) and the per-scenario, per-beta agents,
+``per_beta=policy=pacml_beta policy.checkpoint={scenario}_beta{beta}``. An agent that cannot run on a
 condition (no such checkpoint, ...) is recorded as unavailable with the one-line reason.
 """
 
@@ -68,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROG = "bench_conditions.py"
 DEFAULT_OUT = ROOT / "benchmarks" / "results_conditions.json"
 DEFAULT_FIGURE = ROOT / "benchmarks" / "figures" / "conditions.png"
-SHIPPED_AGENT = "shipped=policy=pacml policy.checkpoint={scenario}_beta{beta}"
+SHIPPED_AGENTS = ("pacml=policy=pacml", "per_beta=policy=pacml_beta policy.checkpoint={scenario}_beta{beta}")
 #: Memory guard: nothing runs on a cluster larger than this.
 MAX_SERVERS = 512
 RESULTS_FORMAT = "pacml-conditions"
@@ -169,7 +170,7 @@ def parse_agents(specs: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
         label = label.strip()
         overrides = tuple(rest.split())
         if not sep or not label or not overrides:
-            raise ConfigError(f"expected LABEL=OVERRIDES (e.g. 'shipped=policy=pacml'), got {spec!r}", field="--agent")
+            raise ConfigError(f"expected LABEL=OVERRIDES (e.g. 'mine=policy=pacml policy.checkpoint=x.npz'), got {spec!r}", field="--agent")
         if label.startswith(RULE_PREFIXES):
             raise ConfigError(f"label {label!r} is taken by a rule; pick another", field="--agent")
         if label in (lab for lab, _ in out):
@@ -184,7 +185,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         raise ConfigError(f"must be 1..{len(EVAL_SEEDS)}, got {args.seeds}", field="--seeds")
     if args.workers < 1:
         raise ConfigError(f"must be >= 1, got {args.workers}", field="--workers")
-    agents = parse_agents(args.agent or [SHIPPED_AGENT])
+    agents = parse_agents(args.agent or list(SHIPPED_AGENTS))
     conditions = select_conditions(args.conditions or ["*"])
     plan = Plan(conditions, {}, {}, {}, EVAL_SEEDS[:args.seeds])
     for cond in conditions:
@@ -375,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--agent", action="append", metavar="LABEL=OVERRIDES",
-                        help=f"agent to evaluate (repeatable; default: {SHIPPED_AGENT!r})")
+                        help=f"agent to evaluate (repeatable; default: {' and '.join(map(repr, SHIPPED_AGENTS))})")
     parser.add_argument("--conditions", nargs="+", metavar="NAME", help="names or globs (default: all)")
     parser.add_argument("--seeds", type=int, default=len(EVAL_SEEDS), help="first N evaluation seeds (default 10)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")

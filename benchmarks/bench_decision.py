@@ -1,4 +1,7 @@
-"""Decision latency of ``policy=pacml`` from cold caches, with a breakdown, optionally on a busy host.
+"""Decision latency of a degree agent from cold caches, with a breakdown, optionally on a busy host.
+
+The agent is the per-beta one (``policy=pacml_beta``) unless ``--adaptive CHECKPOINT`` names an
+adaptive agent (``policy=pacml``, the default agent since 2026-12-07).
 
 Runs whole episodes and times every ``decide(job, state)`` call of a :class:`PacMLPolicy`. Each
 episode starts with a fresh simulation (cold placement, free-block, partition and lookahead

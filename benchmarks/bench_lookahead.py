@@ -1,7 +1,7 @@
 """Decision-time planning: the PAC-ML agent with and without rollout lookahead.
 
-Runs, on evaluation seeds 0, 1, 2 of the paper scenario, the shipped agent (``policy=pacml``)
-and the same agent wrapped in the rollout planner (``policy=pacml_lookahead``), and reports
+Runs, on evaluation seeds 0, 1, 2 of the paper scenario, the shipped per-beta agent
+(``policy=pacml_beta``; ``policy=pacml`` until 2026-12-07) and the same agent wrapped in the rollout planner (``policy=pacml_lookahead``), and reports
 blocking rate, the decisions the planner changed, and per-decision latency (p50 / p99).
 
 Usage: python benchmarks/bench_lookahead.py --betas A,B,C,D --json benchmarks/results_lookahead.json
@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--betas", default="A,B,C,D")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--policies", default="pacml,pacml_lookahead")
+    parser.add_argument("--policies", default="pacml_beta,pacml_lookahead")
     parser.add_argument("--overrides", default="", help="extra Hydra overrides, space-separated")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()

@@ -50,7 +50,8 @@ POLICIES: dict[str, list[str]] = {
     "para_max": ["policy=para_max"],
     "para_max_all": ["policy=para_max", "policy.max_degree=${cluster.max_degree}"],
     "min_feasible": ["policy=min_feasible"],
-    "pacml": ["policy=pacml"],
+    "pacml_beta": ["policy=pacml_beta"],  # the per-beta agent (policy=pacml until 2026-12-07)
+    "pacml": ["policy=pacml"],  # the adaptive agent (its rule candidates grow with the offered degrees)
 }
 
 
@@ -170,7 +171,7 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="32,512,4096,65536",
                         help=f"cluster sizes (servers), among {', '.join(map(str, CLUSTERS))}")
-    parser.add_argument("--policies", default="para_max,para_max_all,min_feasible,pacml")
+    parser.add_argument("--policies", default="para_max,para_max_all,min_feasible,pacml_beta")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per grid run")
     parser.add_argument("--target-jobs", type=int, default=100_000,
                         help="jobs of the target runs (65,536 and 4,096 servers, para_max and min_feasible)")

@@ -144,8 +144,8 @@ def rule_candidates(topology: RampTopology) -> list[tuple[str, tuple[str, ...]]]
 def agent_overrides(overrides: Sequence[str], condition: Condition) -> tuple[str, ...]:
     """An agent's overrides on ``condition``: ``{scenario}`` and ``{beta}`` replaced by its choices.
 
-    ``policy=pacml policy.checkpoint={scenario}_beta{beta}`` is the shipped agent trained for
-    that scenario and beta (``paper_betaC``, ``physical_betaD``, ...).
+    ``policy=pacml_beta policy.checkpoint={scenario}_beta{beta}`` is the shipped per-beta agent
+    trained for that scenario and beta (``paper_betaC``, ``physical_betaD``, ...).
     """
     return tuple(o.replace("{scenario}", condition.scenario).replace("{beta}", condition.beta) for o in overrides)
 

@@ -16,7 +16,7 @@ Distillation keeps the planner's quality at the agent's cost, in two phases:
    the best network, the starting one included, is kept: distillation never ships a policy
    that validated worse than the agent it started from.
 
-The result is an ordinary policy checkpoint (``policy=pacml policy.checkpoint=...``).
+The result is an ordinary per-beta policy checkpoint (``policy=pacml_beta policy.checkpoint=...``).
 """
 
 from __future__ import annotations

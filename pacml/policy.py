@@ -1,11 +1,11 @@
-"""The learned policy behind the simulator's policy interface (``policy=pacml``).
+"""The per-beta learned policy behind the simulator's policy interface (``policy=pacml_beta``).
 
 ``PacMLPolicy`` loads a policy checkpoint written by ``pacml-train`` and decides each arriving
 job from the same encoder the environment uses. Graph embeddings are cached per graph (they do
 not depend on the cluster), so a decision costs one small MLP pass plus feature building.
 
 torch and torch_geometric (about 3 s to import) are imported only once a checkpoint file has
-been found, so ``policy=pacml policy.checkpoint=<typo>`` fails at once, not after the imports.
+been found, so ``policy=pacml_beta policy.checkpoint=<typo>`` fails at once, not after the imports.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
 #: gets) were called ``paper_beta*_placement`` before op placement (which device runs each op,
 #: ``pacml-place``) existed; the old names still load, with a warning.
 RENAMED_CHECKPOINTS = {f"paper_beta{b}_placement": f"paper_beta{b}_block" for b in "ABCD"}
+#: The degree agents' checkpoint files: kind (for messages) and the policy config that runs them.
+#: ``policy=pacml`` is the adaptive agent; the per-beta agents (``pacml-train``) are ``policy=pacml_beta``.
+DEGREE_AGENT_FILES = {"policy.pt": ("a per-beta policy", "pacml_beta"),
+                      "adaptive.npz": ("an adaptive", "pacml")}
 
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
@@ -56,17 +60,34 @@ def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: di
     return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
+def _find(path: str | Path, filename: str, named: bool = False) -> Path | None:
+    """``path`` as given, or relative to the shipped checkpoints; a directory means its ``filename``.
+    ``named``: only a file called ``filename`` (a checkpoint file may have any name)."""
+    for cand in (Path(path), SHIPPED_DIR / str(path)):
+        if cand.is_dir():
+            cand = cand / filename
+        if cand.is_file() and (not named or cand.name == filename):
+            return cand
+    return None
+
+
 def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
-    """``path`` as given, or relative to the shipped checkpoints; a directory means its ``filename``."""
+    """The checkpoint file ``path`` names (see :func:`_find`); a ConfigError on ``field`` if there is
+    none, naming the policy config that runs it when ``path`` is the other degree agent's checkpoint."""
     if str(path) in RENAMED_CHECKPOINTS and not Path(path).exists():
         log.warning("checkpoint %r is now called %r (job placement: which block a job gets)",
                     str(path), RENAMED_CHECKPOINTS[str(path)])
         path = RENAMED_CHECKPOINTS[str(path)]
-    for cand in (Path(path), SHIPPED_DIR / str(path)):
-        if cand.is_dir():
-            cand = cand / filename
-        if cand.is_file():
-            return cand
+    found = _find(path, filename)
+    if found is not None and found.name == filename:
+        return found
+    wanted = DEGREE_AGENT_FILES.get(filename, (f"a {kind}", ""))[0]
+    for other, (other_kind, policy) in DEGREE_AGENT_FILES.items():
+        if other != filename and _find(path, other, named=True) is not None:
+            raise ConfigError(f"{str(path)!r} is {other_kind} checkpoint, not {wanted} one: run it with "
+                              f"policy={policy} policy.checkpoint={path}", field=field)
+    if found is not None:  # a checkpoint file saved under a name of its own
+        return found
     shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob(f"*/{filename}"))) or "none"
     raise ConfigError(f"no {kind} checkpoint at {path!r} (shipped: {shipped})", field=field)
 

@@ -802,7 +802,8 @@ MLP_SETTINGS = ["policy.checkpoint=paper_adaptive", "policy.hold_until_window=fa
                                                ("physical_adaptive_knn", "ramp512")])
 def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     """The shipped agents hold their training record and decide a short episode on any cluster with
-    rules that cluster offers; ``policy=pacml_adaptive`` takes its scenario family's agent."""
+    rules that cluster offers; ``policy=pacml`` (since 2026-12-07 the adaptive agent, as
+    ``policy=pacml_adaptive``) takes its scenario family's agent."""
     from pacml.policy import SHIPPED_DIR
 
     for file in ("adaptive.npz", "train_config.yaml", "metrics.csv", "train_summary.json"):
@@ -811,7 +812,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     gap = (1000.0 if cluster == "ramp32" else 62.5) / (1000.0 if family == "physical" else 1.0)
     knn = name.endswith("_knn")
     cfg = compose_sim_config([f"scenario={family}", "beta=C", f"cluster={cluster}", f"mean_interarrival_s={gap}",
-                              f"horizon_s={150 * gap}", "progress=false", "policy=pacml_adaptive",
+                              f"horizon_s={150 * gap}", "progress=false", "policy=pacml",
                               *([] if knn else MLP_SETTINGS)])
     assert cfg.policy.checkpoint == (name if knn else "paper_adaptive")  # the family's agent by default
     policy = build_policy(cfg)  # as pacml-sim builds it: the default checkpoint, 8 shadow clusters

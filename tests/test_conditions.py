@@ -129,7 +129,7 @@ def test_cache_key_changes_with_every_input() -> None:
 
 
 def test_agent_overrides_fill_in_the_condition() -> None:
-    spec = ("policy=pacml", "policy.checkpoint={scenario}_beta{beta}")
+    spec = ("policy=pacml_beta", "policy.checkpoint={scenario}_beta{beta}")
     assert agent_overrides(spec, get_condition("physical_D"))[1] == "policy.checkpoint=physical_betaD"
     assert agent_overrides(spec, get_condition("paper_B_500"))[1] == "policy.checkpoint=paper_betaB"
 
@@ -137,7 +137,7 @@ def test_agent_overrides_fill_in_the_condition() -> None:
 def _run(tmp_path: Path, *extra: str) -> dict:
     bench.main(["--conditions", "paper_A_1000", "--seeds", "2", "--workers", "1", "--override", "horizon_s=5000",
                 "--agent", "fixed4=policy=fixed policy.degree=4",
-                "--agent", "ghost=policy=pacml policy.checkpoint=nowhere_beta{beta}",
+                "--agent", "ghost=policy=pacml_beta policy.checkpoint=nowhere_beta{beta}",
                 "--out", str(tmp_path / "r.json"), "--figure", str(tmp_path / "f.png"), *extra])
     return json.loads((tmp_path / "r.json").read_text())
 

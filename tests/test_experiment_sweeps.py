@@ -33,7 +33,7 @@ def compose_experiment(name: str) -> object:
 def test_paper_main_sweeps_the_papers_grid_in_parallel_processes() -> None:
     cfg = compose_experiment("paper_main")
     assert dict(cfg.hydra.sweeper.params) == {
-        "policy": "para_max,para_min,random,min_feasible,min_feasible_4,pacml", "beta": "A,B,C,D", "seed": "0,1,2"}
+        "policy": "para_max,para_min,random,min_feasible,min_feasible_4,pacml,pacml_beta", "beta": "A,B,C,D", "seed": "0,1,2"}
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
     assert cfg.hydra.launcher.n_jobs == -1 and cfg.hydra.launcher.prefer == "processes"
     assert cfg.progress is False and cfg.skip_finished is True
@@ -142,9 +142,9 @@ def test_a_path_in_an_override_names_one_run_directory(tmp_path: Path) -> None:
     sweep = tmp_path / "paths"
     ckpt = "pacml/checkpoints/paper_betaC/policy.pt"
     root = Path(__file__).resolve().parents[1]
-    run([*SIM, "-m", "policy=pacml", f"policy.checkpoint={root / ckpt}", "beta=C", "seed=0,1", "horizon_s=2e4",
+    run([*SIM, "-m", "policy=pacml_beta", f"policy.checkpoint={root / ckpt}", "beta=C", "seed=0,1", "horizon_s=2e4",
          "progress=false", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     runs = sorted(p.parent for p in sweep.rglob("summary.json"))
     assert [r.parent for r in runs] == [sweep, sweep]
     assert runs[0].name.startswith("beta=C,horizon_s=20000.0,policy.checkpoint=%2F")
-    assert runs[0].name.endswith("%2Fpolicy.pt,policy=pacml,seed=0")
+    assert runs[0].name.endswith("%2Fpolicy.pt,policy=pacml_beta,seed=0")

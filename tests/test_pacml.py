@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -392,12 +393,38 @@ def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
     assert result.summary["num_jobs_arrived"] >= 150 and result.summary["blocking_rate"] < 0.5
 
 
-def test_pacml_policy_config_picks_the_checkpoint_for_the_beta() -> None:
+def test_pacml_beta_policy_config_picks_the_checkpoint_for_the_beta() -> None:
     from simulator.build import build_policy
 
-    cfg = compose_sim_config(["policy=pacml", "beta=D"])
+    cfg = compose_sim_config(["policy=pacml_beta", "beta=D"])
     assert cfg.policy.checkpoint == "paper_betaD"
     assert isinstance(build_policy(cfg), PacMLPolicy)
+
+
+def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_its_checkpoints() -> None:
+    """``policy=pacml`` is one agent for every beta (the adaptive one); a per-beta checkpoint given to
+    it, or an adaptive one given to ``policy=pacml_beta``, is one line naming the config that runs it."""
+    from pacml.adaptive import AdaptivePolicy
+    from pacml.policy import SHIPPED_DIR
+    from simulator.build import build_policy
+    from simulator.errors import ConfigError
+
+    for beta in "AD":
+        cfg = compose_sim_config(["policy=pacml", f"beta={beta}"])
+        assert cfg.policy.checkpoint == "paper_adaptive_knn"
+        assert isinstance(build_policy(cfg), AdaptivePolicy)
+    assert compose_sim_config(["policy=pacml", "scenario=physical"]).policy.checkpoint == "physical_adaptive_knn"
+    per_beta = SHIPPED_DIR / "paper_betaC"
+    for config, checkpoint, hint in (("pacml", "paper_betaC", "policy=pacml_beta policy.checkpoint=paper_betaC"),
+                                     ("pacml", per_beta, f"policy=pacml_beta policy.checkpoint={per_beta}"),
+                                     ("pacml", per_beta / "policy.pt", "policy=pacml_beta"),
+                                     ("pacml_beta", "paper_adaptive_knn", "policy=pacml policy.checkpoint=")):
+        cfg = compose_sim_config([f"policy={config}", f"policy.checkpoint={checkpoint}"])
+        with pytest.raises(ConfigError, match=re.escape(hint)) as err:
+            build_policy(cfg)
+        assert err.value.field == "policy.checkpoint"
+    # A policy file saved under a name of its own still loads.
+    assert isinstance(PacMLPolicy(str(per_beta / "policy.pt")), PacMLPolicy)
 
 
 def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
@@ -509,7 +536,7 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
 
 def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
     """Tiny per-decision tensors: a second intra-op thread only waits (3-4x slower on a busy host)."""
-    cfg = compose_sim_config([*SHORT, "policy=pacml"])
+    cfg = compose_sim_config([*SHORT, "policy=pacml_beta"])
     assert cfg.policy.num_threads == 1
     seen: list[int] = []
     policy = PacMLPolicy("paper_betaC")
