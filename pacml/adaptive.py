@@ -44,7 +44,12 @@ from numpy.typing import NDArray
 
 from simulator.cluster import ClusterState
 from simulator.feasibility import FeasibilityTable
-from simulator.policies.heuristics import first_feasible_block, min_feasible_degree, placed_decision
+from simulator.policies.heuristics import (
+    first_feasible_block,
+    horizon_left_s,
+    min_feasible_degree,
+    placed_decision,
+)
 from simulator.policy import Decision
 from simulator.topology import RampTopology
 from workloads.io import atomic_write
@@ -546,6 +551,11 @@ class AdaptivePolicy:
             the jobs before it take each job's own pick. The first job's condition has no arrival
             rate at all, so its pick follows that one job's target; a few arrivals later the
             estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
+        window_margin: The margin of the first pick from a whole window against the held one
+            (``None``: ``selector_margin``); later picks use ``selector_margin``.
+        horizon_guard: With the paper's accounting, a job that would still run at the horizon
+            (and so count as blocked) takes the smallest feasible degree at which it ends in
+            time, or is rejected (:func:`~simulator.policies.heuristics.placed_decision`).
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
@@ -555,7 +565,8 @@ class AdaptivePolicy:
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
-                 block_search: int = 0, shadow_blocks: bool = False) -> None:
+                 block_search: int = 0, shadow_blocks: bool = False,
+                 window_margin: float | None = None, horizon_guard: bool = False) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -573,6 +584,14 @@ class AdaptivePolicy:
         if not _finite_nonneg(selector_margin):
             raise ConfigError(f"must be a finite number >= 0, got {selector_margin!r}", field="policy.selector_margin")
         self.selector_margin = float(selector_margin)
+        if window_margin is not None and not _finite_nonneg(window_margin):
+            raise ConfigError(f"must be a finite number >= 0 or null, got {window_margin!r}",
+                              field="policy.window_margin")
+        self.window_margin = self.selector_margin if window_margin is None else float(window_margin)
+        if not isinstance(horizon_guard, bool):
+            raise ConfigError(f"must be true or false, got {horizon_guard!r}", field="policy.horizon_guard")
+        self.horizon_guard = horizon_guard
+        self._window_checked = False
         if not isinstance(lookup_after_window, bool):
             raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
         self.lookup_after_window = lookup_after_window
@@ -669,6 +688,7 @@ class AdaptivePolicy:
         self._scored = 0
         self._picked = None
         self._first = None
+        self._window_checked = False
         self.chosen = []
         self.critic_changed = 0
         self.last_rule = None
@@ -724,7 +744,9 @@ class AdaptivePolicy:
             # job hold_from_job too).
             self._picked = None
             return best
-        if self._picked is not None and scores[best] - scores[self._picked] <= self.selector_margin:
+        margin = self.selector_margin if self._window_checked else self.window_margin
+        self._window_checked = True
+        if self._picked is not None and scores[best] - scores[self._picked] <= margin:
             return self._picked
         self._picked = best
         return best
@@ -785,7 +807,8 @@ class AdaptivePolicy:
         degree = rule.degree(state)
         if self._critic is not None and state.topology.num_servers == self._critic_servers:
             degree = self._critique(job, state, rule, degree)
-        return placed_decision(state.feasibility, degree, self.block_search)
+        return placed_decision(state.feasibility, degree, self.block_search,
+                               horizon_left_s(state) if self.horizon_guard else None)
 
     def _critique(self, job: JobSpec, state: ClusterState, rule: Rule, degree: int) -> int:
         """``degree``, or the feasible degree the critic predicts blocks more than

@@ -58,9 +58,42 @@ def _check_block_search(value: Any) -> int:
     return value
 
 
-def placed_decision(table: FeasibilityTable, degree: int, block_search: int) -> Decision:
-    """``Decision(degree)``, in the first feasible block when ``block_search`` > 0 finds one."""
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"policy.{name} must be true or false, got {value!r}")
+    return value
+
+
+def horizon_left_s(state: ClusterState) -> float | None:
+    """Time left until the horizon when the run counts jobs still running there as blocked
+    (``horizon_accounting: paper``); ``None`` otherwise (no such cost to avoid)."""
+    if state.horizon_accounting != "paper" or state.horizon_s is None:
+        return None
+    return state.horizon_s - state.time_s
+
+
+def placed_decision(table: FeasibilityTable, degree: int, block_search: int,
+                    left_s: float | None = None) -> Decision:
+    """``Decision(degree)``, in the first feasible block when ``block_search`` > 0 finds one.
+
+    ``left_s`` (the horizon guard, :func:`horizon_left_s`): a job whose JCT there would reach past
+    the horizon, where it counts as blocked, takes instead the smallest feasible degree at which
+    it ends before the horizon (placed the same way), or is rejected: blocked either way, a
+    rejected job leaves its servers to the jobs after it. A degree that cannot be placed is left
+    as it is (the simulation blocks it as before).
+    """
     block = first_feasible_block(table, degree, block_search) if block_search else None
+    if left_s is not None and degree:
+        jct_s = table.jct_s(degree, block)
+        if jct_s is not None and jct_s >= left_s:
+            for other in table.degrees:
+                if other == degree or not table.feasible(other):
+                    continue
+                found = first_feasible_block(table, other, block_search) if block_search else None
+                other_jct_s = table.jct_s(other, found)
+                if other_jct_s is not None and other_jct_s < left_s:
+                    return Decision(other, found.servers if found is not None else None)
+            return Decision(0)
     return Decision(degree, block.servers if block is not None else None)
 
 
@@ -72,12 +105,16 @@ class ParaMax:
         mask: Which degrees count as allowed (``paper`` reproduces the original).
         block_search: 0: the scenario's placer places the job; N: the first of the first N free
             blocks of the degree in which the job meets its target (:func:`first_feasible_block`).
+        horizon_guard: With the paper's accounting, a job that would still run at the horizon
+            takes a degree at which it ends in time, or is rejected (:func:`placed_decision`).
     """
 
-    def __init__(self, max_degree: int = 16, mask: MaskKind = "paper", block_search: int = 0) -> None:
+    def __init__(self, max_degree: int = 16, mask: MaskKind = "paper", block_search: int = 0,
+                 horizon_guard: bool = False) -> None:
         self.max_degree = max_degree
         self.mask = _check_mask(mask)
         self.block_search = _check_block_search(block_search)
+        self.horizon_guard = _check_bool(horizon_guard, "horizon_guard")
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless."""
@@ -85,7 +122,8 @@ class ParaMax:
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Largest allowed degree (<= ``max_degree``), or reject if none."""
         valid = [d for d in _valid_degrees(state, self.mask) if d <= self.max_degree]
-        return placed_decision(state.feasibility, max(valid) if valid else 0, self.block_search)
+        return placed_decision(state.feasibility, max(valid) if valid else 0, self.block_search,
+                               horizon_left_s(state) if self.horizon_guard else None)
 
 
 class ParaMin:
@@ -208,17 +246,21 @@ class MinFeasible:
         min_degree: Smallest degree to prefer (1 = plain ``min_feasible``).
         block_search: 0: the scenario's placer places the job; N: the first of the first N free
             blocks of the degree in which the job meets its target (:func:`first_feasible_block`).
+        horizon_guard: With the paper's accounting, a job that would still run at the horizon
+            takes a degree at which it ends in time, or is rejected (:func:`placed_decision`).
     """
 
-    def __init__(self, min_degree: int = 1, block_search: int = 0) -> None:
+    def __init__(self, min_degree: int = 1, block_search: int = 0, horizon_guard: bool = False) -> None:
         if isinstance(min_degree, bool) or not isinstance(min_degree, int) or min_degree < 1:
             raise ValueError(f"policy.min_degree must be an integer >= 1, got {min_degree!r}")
         self.min_degree = min_degree
         self.block_search = _check_block_search(block_search)
+        self.horizon_guard = _check_bool(horizon_guard, "horizon_guard")
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless."""
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """Smallest feasible degree (>= ``min_degree`` when possible), or reject."""
-        return placed_decision(state.feasibility, min_feasible_degree(state.feasibility, self.min_degree), self.block_search)
+        return placed_decision(state.feasibility, min_feasible_degree(state.feasibility, self.min_degree),
+                               self.block_search, horizon_left_s(state) if self.horizon_guard else None)
