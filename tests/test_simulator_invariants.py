@@ -229,3 +229,43 @@ def test_block_search_places_jobs_in_feasible_blocks_and_leaves_the_fragmented_s
         MinFeasible(block_search=-1)
     with pytest.raises(ValueError, match="block_search"):
         ParaMax(block_search=True)
+
+
+@pytest.mark.parametrize("block_search", [0, 64])
+def test_horizon_guard_changes_only_decisions_that_would_run_past_the_horizon(block_search: int) -> None:
+    """``horizon_guard``: with the paper's accounting, no accepted job runs past the horizon; the
+    first decision the guard changes is one whose unguarded degree would end at or after the
+    horizon; every decision before it is the same; under ``drain`` nothing changes."""
+    for accounting in ("paper", "drain"):
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            cfg = compose(config_name="sim", overrides=["scenario=paper", "beta=D", "horizon_s=1e5",
+                                                        f"horizon_accounting={accounting}"])
+        feas = build_feasibility(build_topology(cfg), cfg.sim)
+        for seed in range(3):
+            for make in (lambda **kw: MinFeasible(min_degree=4, block_search=block_search, **kw),
+                         lambda **kw: ParaMax(block_search=block_search, **kw)):
+                seen: list[list[tuple[int, float]]] = [[], []]
+                for i, guard in enumerate((False, True)):
+                    policy = make(horizon_guard=guard)
+                    decide = policy.decide
+
+                    def spy(job, state, decide=decide, log=seen[i]):
+                        decision = decide(job, state)
+                        jct_s = state.feasibility.jct_s(decision.degree) if decision.degree else None
+                        left_s = state.horizon_s - state.time_s
+                        log.append((decision.degree, (jct_s or 0.0) - left_s))
+                        return decision
+
+                    policy.decide = spy  # type: ignore[method-assign]
+                    result = build_simulation(cfg, seed=seed, feasibility=feas).run(policy)
+                    _check_one_outcome_per_job(result.summary, result.records)
+                    if guard and accounting == "paper":
+                        assert result.summary["blocked_by_reason"]["running_at_horizon"] == 0
+                plain, guarded = ([d for d, _ in log] for log in seen)
+                if accounting == "drain":
+                    assert plain == guarded
+                    continue
+                first = next(i for i, (a, b) in enumerate(zip(plain, guarded, strict=True)) if a != b)
+                assert seen[0][first][1] >= 0  # the unguarded degree would have run past the horizon
+    with pytest.raises(ValueError, match="horizon_guard"):
+        ParaMax(horizon_guard="yes")  # type: ignore[arg-type]
