@@ -398,7 +398,8 @@ def test_shadow_options_are_checked() -> None:
                      ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
                      ("selector_memory", 0), ("selector_memory", 2.5), ("shadow_novelty", -1.0),
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
-                     ("shadow_blocks", 1), ("shadow_blocks", "yes")):
+                     ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1),
+                     ("window_margin", -0.1), ("window_margin", float("nan"))):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
 
@@ -819,7 +820,8 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
     assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn
     assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search,
-            policy.shadow_blocks) == ((True, 0.01, 15, 64, True) if knn else (False, 0.0, 3, 0, True))
+            policy.shadow_blocks, policy.horizon_guard) == ((True, 0.01, 15, 64, True, True) if knn
+                                                            else (False, 0.0, 3, 0, True, True))
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
