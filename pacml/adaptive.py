@@ -164,6 +164,11 @@ class ConditionTracker:
         self._seq.append(job.sequential_jct_s)
         self._beta.append(job.beta)
 
+    def log_mean_sequential_s(self) -> float:
+        """log10 of the window's mean sequential JCT in seconds (the time scale the features leave out)."""
+        seq = np.fromiter(self._seq, float)
+        return math.log10(max(float(seq.mean()), 1e-12)) if seq.size else 0.0
+
     def features(self, topology: RampTopology) -> NDArray[np.float32]:
         """``(CONDITION_FEATURES,)``: cluster, then load, burstiness, targets (mean, spread, 20/50/80th
         percentiles), mix, window fill."""
@@ -553,6 +558,11 @@ class AdaptivePolicy:
             estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
         window_margin: The margin of the first pick from a whole window against the held one
             (``None``: ``selector_margin``); later picks use ``selector_margin``.
+        condition_critics: Per-beta deviation critics (``pacml-distill``; names or paths), each
+            applied only where the observed condition is its training condition
+            (:class:`pacml.critic.ConditionCritic`): the first that applies may change the rule's
+            degree. ``None``: none.
+        condition_critic_radius: How close (feature spreads) a condition must be to a critic's.
         horizon_guard: With the paper's accounting, a job that would still run at the horizon
             (and so count as blocked) takes the smallest feasible degree at which it ends in
             time, or is rejected (:func:`~simulator.policies.heuristics.placed_decision`).
@@ -566,7 +576,8 @@ class AdaptivePolicy:
                  lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
                  block_search: int = 0, shadow_blocks: bool = False,
-                 window_margin: float | None = None, horizon_guard: bool = False) -> None:
+                 window_margin: float | None = None, horizon_guard: bool = False,
+                 condition_critics: Sequence[str] | None = None, condition_critic_radius: float = 0.4) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -591,6 +602,26 @@ class AdaptivePolicy:
         if not isinstance(horizon_guard, bool):
             raise ConfigError(f"must be true or false, got {horizon_guard!r}", field="policy.horizon_guard")
         self.horizon_guard = horizon_guard
+        if not _finite_nonneg(condition_critic_radius):
+            raise ConfigError(f"must be a finite number >= 0, got {condition_critic_radius!r}",
+                              field="policy.condition_critic_radius")
+        if condition_critics is not None and (isinstance(condition_critics, str) or not all(
+                isinstance(c, str) for c in condition_critics)):
+            raise ConfigError(f"must be a list of critic names or paths, got {condition_critics!r}",
+                              field="policy.condition_critics")
+        self._condition_critics: list[Any] = []
+        if condition_critics:
+            if weights.reference is None:
+                raise ConfigError(f"{checkpoint} holds no reference conditions, so policy.condition_critics "
+                                  "cannot be placed", field="policy.condition_critics")
+            from pacml.critic import ConditionCritic
+
+            spread = weights.reference.std(axis=0)
+            self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)
+                                       for name in condition_critics]
+        #: Decisions the condition critics changed in the current episode, and those they saw.
+        self.condition_critic_changed = 0
+        self.condition_critic_seen = 0
         self._window_checked = False
         if not isinstance(lookup_after_window, bool):
             raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
@@ -689,6 +720,8 @@ class AdaptivePolicy:
         self._picked = None
         self._first = None
         self._window_checked = False
+        self.condition_critic_changed = 0
+        self.condition_critic_seen = 0
         self.chosen = []
         self.critic_changed = 0
         self.last_rule = None
@@ -807,6 +840,16 @@ class AdaptivePolicy:
         degree = rule.degree(state)
         if self._critic is not None and state.topology.num_servers == self._critic_servers:
             degree = self._critique(job, state, rule, degree)
+        if self._condition_critics and self.tracker.full:
+            assert self.last_condition is not None
+            log_seq_s = self.tracker.log_mean_sequential_s()
+            for specialist in self._condition_critics:
+                if specialist.applies(self.last_condition, log_seq_s, state):
+                    self.condition_critic_seen += 1
+                    changed = specialist.degree(job, state, degree)
+                    self.condition_critic_changed += changed != degree
+                    degree = changed
+                    break
         return placed_decision(state.feasibility, degree, self.block_search,
                                horizon_left_s(state) if self.horizon_guard else None)
 

@@ -18,6 +18,7 @@ Training data come from ``pacml-distill distill.mode=critic`` (:mod:`pacml.disti
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -213,25 +214,110 @@ class CriticPolicy:
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The agent's degree, unless the critic predicts another blocks ``margin_jobs`` fewer jobs."""
-        enc = self.agent.encoder
-        obs = enc.encode(job, state)
+        obs = self.agent.encoder.encode(job, state)
         base = int(torch.argmax(self.agent._probabilities(job, obs)))
         self.stats["decisions"] += 1
-        mask = obs["action_mask"]
-        if mask.sum() <= 1:
-            return Decision(base)
-        s, a = critic_inputs(obs["globals"][None], obs["actions"][None],
-                             server_features(state, enc.fallback_interarrival_s)[None],
-                             take_features(state, enc.max_degree, enc.fallback_interarrival_s)[None])
-        with torch.no_grad():
-            pred = self.critic(torch.from_numpy(s), torch.from_numpy(a))[0].numpy()
-        pred = np.where(mask, pred - pred[base], np.inf)
-        best = int(np.argmin(pred))
-        if best != base and pred[best] < -self.margin_jobs:
+        best = deviation(self.critic, self.agent.encoder, obs, state, base, self.margin_jobs)
+        if best != base:
             self.stats["changed"] += 1
-            return Decision(best)
-        return Decision(base)
+        return Decision(best)
 
 
-__all__ = ["CRITIC_FORMAT", "CriticPolicy", "DeviationCritic", "critic_inputs", "load_critic", "save_critic",
+def deviation(critic: DeviationCritic, encoder: Any, obs: dict[str, Any], state: ClusterState, base: int,
+              margin_jobs: float) -> int:
+    """``base``, or the allowed action (``obs["action_mask"]``) the critic predicts blocks more than
+    ``margin_jobs`` fewer jobs than it (the most such)."""
+    mask = obs["action_mask"]
+    if mask.sum() <= 1 or not mask[base]:
+        return base
+    s, a = critic_inputs(obs["globals"][None], obs["actions"][None],
+                         server_features(state, encoder.fallback_interarrival_s)[None],
+                         take_features(state, encoder.max_degree, encoder.fallback_interarrival_s)[None])
+    with torch.no_grad():
+        pred = critic(torch.from_numpy(s), torch.from_numpy(a))[0].numpy()
+    pred = np.where(mask, pred - pred[base], np.inf)
+    best = int(np.argmin(pred))
+    return best if best != base and pred[best] < -margin_jobs else base
+
+
+#: Arrival streams whose windows describe a critic's training condition (seeds no evaluation uses).
+REFERENCE_SEEDS = tuple(2**30 + i for i in range(4))
+REFERENCE_JOBS = 400
+#: Largest difference of log10 mean sequential JCT (seconds) between a run's window and a
+#: critic's condition: the condition features are unit-free, the critic's inputs are not.
+SCALE_TOLERANCE = 0.5
+
+
+class ConditionCritic:
+    """A per-beta deviation critic that the adaptive agent applies only on its own training condition.
+
+    A critic distilled around a per-beta agent (``pacml-distill``) learned the paper's D at its
+    load; elsewhere its advice costs jobs (BENCHMARKS.md §10). So it applies only where the
+    condition the agent observes (:class:`pacml.adaptive.ConditionTracker`, a whole window) lies
+    within ``radius`` of the windows of its training condition (read from its
+    ``distill_config.yaml``), in units of each feature's spread over the selector's training
+    conditions, on the same cluster, with the same end-of-horizon accounting and job time scale.
+
+    Args:
+        name: Critic file, directory or shipped name (e.g. ``paper_betaD_critic``).
+        spread: ``(CONDITION_FEATURES,)`` feature scales (the selector's reference spread).
+        radius: Largest distance to the nearest training-condition window.
+    """
+
+    def __init__(self, name: str | Path, spread: np.ndarray, radius: float) -> None:
+        from omegaconf import OmegaConf
+
+        from pacml.adaptive import ConditionTracker
+        from pacml.policy import _resolve
+        from simulator.build import build_topology, build_workload
+
+        file = _resolve(name, "critic.pt", "critic", "policy.condition_critics")
+        self.name = str(name)
+        self.critic, meta = load_critic(file)
+        if meta.get("kind") == "adaptive" or meta.get("agent_checkpoint") is None:
+            raise ConfigError(f"{name} is not a per-beta critic (pacml-distill)", field="policy.condition_critics")
+        self.encoder = PacMLPolicy(meta["agent_checkpoint"]).encoder
+        self.margin_jobs = float(meta["margin_jobs"])
+        config = file.parent / "distill_config.yaml"
+        if not config.is_file():
+            raise ConfigError(f"{name}: no distill_config.yaml beside {file.name} (its training condition)",
+                              field="policy.condition_critics")
+        cfg = OmegaConf.load(config)
+        self.topology = build_topology(cfg)
+        self.accounting = str(cfg.get("horizon_accounting", "drain"))
+        workload = build_workload(cfg)
+        rows, scale = [], []
+        for seed in REFERENCE_SEEDS:
+            tracker = ConditionTracker()
+            for job in itertools.islice(workload.jobs(seed), REFERENCE_JOBS):
+                tracker.observe(job)
+                if tracker.full:
+                    rows.append(tracker.features(self.topology))
+                    scale.append(tracker.log_mean_sequential_s())
+        self.keep = spread > 1e-6
+        self.spread = spread[self.keep].astype(np.float64)
+        self.reference = np.asarray(rows, dtype=np.float64)[:, self.keep] / self.spread
+        self.log_seq_s = float(np.mean(scale))
+        self.radius = float(radius)
+
+    def applies(self, condition: np.ndarray, log_seq_s: float, state: ClusterState) -> bool:
+        """Whether the run's current condition is this critic's training condition."""
+        if state.horizon_accounting != self.accounting or abs(log_seq_s - self.log_seq_s) > SCALE_TOLERANCE:
+            return False
+        topo = state.topology
+        if (topo.num_servers, topo.num_comm_groups, topo.num_racks_per_group, topo.degrees) != (
+                self.topology.num_servers, self.topology.num_comm_groups, self.topology.num_racks_per_group,
+                self.topology.degrees):
+            return False
+        diff = self.reference - np.asarray(condition, dtype=np.float64)[self.keep] / self.spread
+        return float(np.einsum("ij,ij->i", diff, diff).min()) <= self.radius ** 2
+
+    def degree(self, job: JobSpec, state: ClusterState, base: int) -> int:
+        """``base``, or the degree the critic predicts blocks more than its margin fewer jobs."""
+        if base > self.encoder.max_degree:
+            return base
+        return deviation(self.critic, self.encoder, self.encoder.encode(job, state), state, base, self.margin_jobs)
+
+
+__all__ = ["CRITIC_FORMAT", "ConditionCritic", "CriticPolicy", "DeviationCritic", "critic_inputs", "load_critic", "save_critic",
            "standardiser", "train_critic"]
