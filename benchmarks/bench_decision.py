@@ -122,14 +122,15 @@ def _warm_kernels(overrides: list[str]) -> None:
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
             max_decisions: int | None = None, thaw: bool = False, adaptive: str | None = None,
             shadow_rules: int = 0, critic: str | None = None, block_search: int = 0,
-            shadow_blocks: bool = False) -> dict[str, Any]:
+            shadow_blocks: bool = False, pacml: list[str] | None = None) -> dict[str, Any]:
     """Cold-cache latency of every decision of ``episodes`` episodes (seeds 0..episodes-1; at
     most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`;
     ``adaptive``: time the adaptive agent of that checkpoint (``policy=pacml_adaptive``) instead:
     its ``features`` are the condition features, its ``forward`` the selector's scores; with
     ``shadow_rules`` shadow clusters, whose simulation is in the total and their queries in the parts;
     ``critic``: with its deviation critic, in the total; ``shadow_blocks``: the shadows place
-    in blocks as the agent does)."""
+    in blocks as the agent does; ``pacml``: time ``policy=pacml`` as ``pacml-sim`` builds it, with
+    these extra overrides, instead)."""
     torch.set_num_threads(1)
     overrides = ["scenario=paper", f"beta={beta}", f"cluster={cluster}"]
     if interarrival_s is not None:
@@ -143,7 +144,12 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
     for seed in range(episodes):
         sim = build_simulation(cfg, seed=seed)  # fresh placement / free-block / lookahead caches
         feas = sim.feasibility
-        if adaptive is None:
+        if pacml is not None:
+            from simulator.build import build_policy
+
+            policy = build_policy(compose_sim_config([*overrides, "policy=pacml", *pacml]))
+            adaptive = "policy=pacml"
+        elif adaptive is None:
             policy = _policy(cluster, beta, sim.topology.max_degree)  # fresh embedding cache
         else:
             from pacml.adaptive import AdaptivePolicy
@@ -235,6 +241,8 @@ def main() -> None:
     parser.add_argument("--critic", default=None, help="with --adaptive: its deviation critic (policy.critic)")
     parser.add_argument("--block-search", type=int, default=0,
                         help="with --adaptive: place in the first feasible of this many free blocks (policy.block_search)")
+    parser.add_argument("--pacml", nargs="*", default=None, metavar="OVERRIDE",
+                        help="time policy=pacml as pacml-sim builds it (with these policy overrides) instead")
     parser.add_argument("--shadow-blocks", action="store_true",
                         help="with --adaptive: the shadows place in blocks as the agent does (policy.shadow_blocks)")
     args = parser.parse_args()
@@ -242,14 +250,15 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     try:
         result = {"cluster": args.cluster, "busy": spinner is not None, "frozen_heap": not args.no_freeze,
-                  "agent": (f"adaptive {args.adaptive}, {args.shadow_rules} shadow rules, critic {args.critic}, "
+                  "agent": (f"policy=pacml {' '.join(args.pacml)}".strip() if args.pacml is not None else
+                            f"adaptive {args.adaptive}, {args.shadow_rules} shadow rules, critic {args.critic}, "
                             f"block search {args.block_search}, shadows in blocks {args.shadow_blocks}"
                             if args.adaptive else
                             f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree"),
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
                   **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions,
                           args.no_freeze, args.adaptive, args.shadow_rules, args.critic, args.block_search,
-                          args.shadow_blocks)}
+                          args.shadow_blocks, args.pacml)}
         # Other processes on the host (1-minute load average, the spinner included): wall times
         # above are for this load; CPU times (cpu_*) do not depend on it.
         result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
