@@ -577,7 +577,8 @@ class AdaptivePolicy:
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
                  block_search: int = 0, shadow_blocks: bool = False,
                  window_margin: float | None = None, horizon_guard: bool = False,
-                 condition_critics: Sequence[str] | None = None, condition_critic_radius: float = 0.4) -> None:
+                 condition_critics: Sequence[str] | None = None, condition_critic_radius: float = 0.4,
+                 feasible_fallback: bool = False) -> None:
         from simulator.errors import ConfigError
 
         if weights is None:
@@ -602,6 +603,9 @@ class AdaptivePolicy:
         if not isinstance(horizon_guard, bool):
             raise ConfigError(f"must be true or false, got {horizon_guard!r}", field="policy.horizon_guard")
         self.horizon_guard = horizon_guard
+        if not isinstance(feasible_fallback, bool):
+            raise ConfigError(f"must be true or false, got {feasible_fallback!r}", field="policy.feasible_fallback")
+        self.feasible_fallback = feasible_fallback
         if not _finite_nonneg(condition_critic_radius):
             raise ConfigError(f"must be a finite number >= 0, got {condition_critic_radius!r}",
                               field="policy.condition_critic_radius")
@@ -838,6 +842,10 @@ class AdaptivePolicy:
         self.chosen.append(rule.label)
         self.last_rule = rule
         degree = rule.degree(state)
+        if self.feasible_fallback and degree and not state.feasibility.feasible(degree):
+            # para_max's paper mask counts free servers only: its degree may not fit or meet the target.
+            degree = max((d for d in state.feasibility.degrees if d < degree and state.feasibility.feasible(d)),
+                         default=degree)
         if self._critic is not None and state.topology.num_servers == self._critic_servers:
             degree = self._critique(job, state, rule, degree)
         if self._condition_critics and self.tracker.full:
