@@ -842,9 +842,9 @@ class AdaptivePolicy:
         self.chosen.append(rule.label)
         self.last_rule = rule
         degree = rule.degree(state)
-        if self.feasible_fallback and degree and not state.feasibility.feasible(degree):
+        if self.feasible_fallback and degree and not self._placeable(state.feasibility, degree):
             # para_max's paper mask counts free servers only: its degree may not fit or meet the target.
-            degree = max((d for d in state.feasibility.degrees if d < degree and state.feasibility.feasible(d)),
+            degree = max((d for d in state.feasibility.degrees if d < degree and self._placeable(state.feasibility, d)),
                          default=degree)
         if self._critic is not None and state.topology.num_servers == self._critic_servers:
             degree = self._critique(job, state, rule, degree)
@@ -860,6 +860,11 @@ class AdaptivePolicy:
                     break
         return placed_decision(state.feasibility, degree, self.block_search,
                                horizon_left_s(state) if self.horizon_guard else None)
+
+    def _placeable(self, table: FeasibilityTable, degree: int) -> bool:
+        """Whether the job is accepted at ``degree`` as this agent places it."""
+        return table.feasible(degree) or (self.block_search > 0
+                                          and first_feasible_block(table, degree, self.block_search) is not None)
 
     def _critique(self, job: JobSpec, state: ClusterState, rule: Rule, degree: int) -> int:
         """``degree``, or the feasible degree the critic predicts blocks more than
