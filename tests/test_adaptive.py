@@ -400,7 +400,7 @@ def test_shadow_options_are_checked() -> None:
                      ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
                      ("selector_memory", 0), ("selector_memory", 2.5), ("shadow_novelty", -1.0),
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
-                     ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1),
+                     ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no"),
                      ("window_margin", -0.1), ("window_margin", float("nan"))):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
@@ -822,8 +822,8 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
     assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn
     assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search,
-            policy.shadow_blocks, policy.horizon_guard) == ((True, 0.01, 15, 64, True, True) if knn
-                                                            else (False, 0.0, 3, 0, True, True))
+            policy.shadow_blocks, policy.horizon_guard, policy.feasible_fallback) == (
+                (True, 0.01, 15, 64, True, True, True) if knn else (False, 0.0, 3, 0, True, True, True))
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
@@ -946,3 +946,31 @@ def test_condition_critic_changes_decisions_only_where_it_applies() -> None:
         if not applies:
             assert runs[0].summary["blocking_rate"] == runs[1].summary["blocking_rate"]
             assert plain.chosen == with_critic.chosen
+
+
+def test_feasible_fallback_changes_only_degrees_the_job_could_not_take() -> None:
+    """``policy.feasible_fallback``: where para_max's paper mask gives a degree the job cannot be
+    placed at (or misses its target at), the largest placeable degree below it; otherwise the same."""
+    cfg = compose_sim_config(["scenario=paper", "beta=C", "mean_interarrival_s=1500", "horizon_s=3e5",
+                              "progress=false", "policy=pacml", "policy.condition_critics=null"])
+    changed = 0
+    for seed in (500100, 500102):
+        plain = build_policy(cfg)
+        plain.feasible_fallback = False
+        fallback = build_policy(cfg)
+        assert fallback.feasible_fallback
+        inner = fallback.decide
+
+        def spy(job, state, inner=inner, plain=plain, placeable=fallback._placeable):
+            nonlocal changed
+            mine, theirs = inner(job, state), plain.decide(job, state)
+            if mine.degree != theirs.degree:
+                changed += 1
+                assert not placeable(state.feasibility, theirs.degree)
+                assert mine.degree < theirs.degree and (mine.degree == 0 or placeable(state.feasibility, mine.degree))
+            return mine
+
+        fallback.decide = spy  # type: ignore[method-assign]
+        plain.reset(seed)
+        build_simulation(cfg, seed=seed).run(fallback)
+    assert changed > 0
