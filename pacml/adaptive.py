@@ -616,8 +616,9 @@ class AdaptivePolicy:
         self._condition_critics: list[Any] = []
         if condition_critics:
             if weights.reference is None:
-                raise ConfigError(f"{checkpoint} holds no reference conditions, so policy.condition_critics "
-                                  "cannot be placed", field="policy.condition_critics")
+                raise ConfigError(f"{checkpoint} holds no reference conditions (saved before them), so its "
+                                  "condition critics cannot be placed: set policy.condition_critics=null",
+                                  field="policy.condition_critics")
             from pacml.critic import ConditionCritic
 
             spread = weights.reference.std(axis=0)

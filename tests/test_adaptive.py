@@ -796,7 +796,7 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
 #: physical scenario's family, ``physical_adaptive_knn``).
 MLP_SETTINGS = ["policy.checkpoint=paper_adaptive", "policy.hold_until_window=false",
                 "policy.lookup_after_window=false", "policy.selector_margin=0.0", "policy.shadow_margin=3",
-                "policy.block_search=0"]
+                "policy.block_search=0", "policy.condition_critics=null"]
 
 
 @pytest.mark.parametrize(("name", "cluster"), [("paper_adaptive", "ramp32"), ("paper_adaptive", "ramp512"),
