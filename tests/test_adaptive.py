@@ -823,7 +823,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn
     assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search,
             policy.shadow_blocks, policy.horizon_guard, policy.feasible_fallback) == (
-                (True, 0.01, 15, 64, True, True, True) if knn else (False, 0.0, 3, 0, True, True, True))
+                (True, 0.01, 10, 64, True, True, True) if knn else (False, 0.0, 3, 0, True, True, True))
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
