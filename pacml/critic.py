@@ -17,6 +17,7 @@ Training data come from ``pacml-distill distill.mode=critic`` (:mod:`pacml.disti
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 from pathlib import Path
@@ -248,6 +249,40 @@ REFERENCE_JOBS = 400
 SCALE_TOLERANCE = 0.5
 
 
+@functools.lru_cache(maxsize=8)
+def _condition_critic(file: str, name: str) -> tuple[DeviationCritic, Any, float, Any, str, np.ndarray, float]:
+    """A per-beta critic, its agent's encoder, its margin, and its training condition: cluster,
+    accounting, the condition windows of :data:`REFERENCE_SEEDS` and their mean log time scale.
+    Cached per file: a grid builds a policy per episode, and all of this is deterministic (the
+    model and the encoder, whose only cache is per graph, are only read)."""
+    from omegaconf import OmegaConf
+
+    from pacml.adaptive import ConditionTracker
+    from simulator.build import build_topology, build_workload
+
+    critic, meta = load_critic(file)
+    if meta.get("kind") == "adaptive" or meta.get("agent_checkpoint") is None:
+        raise ConfigError(f"{name} is not a per-beta critic (pacml-distill)", field="policy.condition_critics")
+    encoder = PacMLPolicy(meta["agent_checkpoint"]).encoder
+    config = Path(file).parent / "distill_config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"{name}: no distill_config.yaml beside {Path(file).name} (its training condition)",
+                          field="policy.condition_critics")
+    cfg = OmegaConf.load(config)
+    topology = build_topology(cfg)
+    workload = build_workload(cfg)
+    rows, scale = [], []
+    for seed in REFERENCE_SEEDS:
+        tracker = ConditionTracker()
+        for job in itertools.islice(workload.jobs(seed), REFERENCE_JOBS):
+            tracker.observe(job)
+            if tracker.full:
+                rows.append(tracker.features(topology))
+                scale.append(tracker.log_mean_sequential_s())
+    return (critic, encoder, float(meta["margin_jobs"]), topology, str(cfg.get("horizon_accounting", "drain")),
+            np.asarray(rows, dtype=np.float64), float(np.mean(scale)))
+
+
 class ConditionCritic:
     """A per-beta deviation critic that the adaptive agent applies only on its own training condition.
 
@@ -265,39 +300,15 @@ class ConditionCritic:
     """
 
     def __init__(self, name: str | Path, spread: np.ndarray, radius: float) -> None:
-        from omegaconf import OmegaConf
-
-        from pacml.adaptive import ConditionTracker
         from pacml.policy import _resolve
-        from simulator.build import build_topology, build_workload
 
         file = _resolve(name, "critic.pt", "critic", "policy.condition_critics")
         self.name = str(name)
-        self.critic, meta = load_critic(file)
-        if meta.get("kind") == "adaptive" or meta.get("agent_checkpoint") is None:
-            raise ConfigError(f"{name} is not a per-beta critic (pacml-distill)", field="policy.condition_critics")
-        self.encoder = PacMLPolicy(meta["agent_checkpoint"]).encoder
-        self.margin_jobs = float(meta["margin_jobs"])
-        config = file.parent / "distill_config.yaml"
-        if not config.is_file():
-            raise ConfigError(f"{name}: no distill_config.yaml beside {file.name} (its training condition)",
-                              field="policy.condition_critics")
-        cfg = OmegaConf.load(config)
-        self.topology = build_topology(cfg)
-        self.accounting = str(cfg.get("horizon_accounting", "drain"))
-        workload = build_workload(cfg)
-        rows, scale = [], []
-        for seed in REFERENCE_SEEDS:
-            tracker = ConditionTracker()
-            for job in itertools.islice(workload.jobs(seed), REFERENCE_JOBS):
-                tracker.observe(job)
-                if tracker.full:
-                    rows.append(tracker.features(self.topology))
-                    scale.append(tracker.log_mean_sequential_s())
+        (self.critic, self.encoder, self.margin_jobs, self.topology, self.accounting, rows,
+         self.log_seq_s) = _condition_critic(str(file.resolve()), self.name)
         self.keep = spread > 1e-6
         self.spread = spread[self.keep].astype(np.float64)
-        self.reference = np.asarray(rows, dtype=np.float64)[:, self.keep] / self.spread
-        self.log_seq_s = float(np.mean(scale))
+        self.reference = rows[:, self.keep] / self.spread
         self.radius = float(radius)
 
     def applies(self, condition: np.ndarray, log_seq_s: float, state: ClusterState) -> bool:
