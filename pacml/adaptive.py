@@ -466,10 +466,18 @@ class ShadowCluster:
 
     def step(self, job: JobSpec) -> None:
         """Decide ``job`` (the real cluster's arriving job) with the rule."""
-        table = self._cluster.table(job)
         self.decided += 1
-        self.last_blocked = not start_rule(self._cluster, table, self.rule, self.block_search)
+        self.last_blocked = not start_rule_on(self._cluster, job, self.rule, self.block_search)
         self.blocked += self.last_blocked
+
+
+def start_rule_on(cluster: RolloutCluster, job: JobSpec, rule: Rule, block_search: int = 0) -> bool:
+    """:func:`start_rule` of ``job`` (its completions due first released); ``min_feasible`` placed
+    by the scenario's placer takes the table-free path
+    (:meth:`~simulator.policies.lookahead.RolloutCluster.start_min_feasible`, the same answer)."""
+    if rule.kind == "min_feasible" and not block_search:
+        return cluster.start_min_feasible(job, rule.k)
+    return start_rule(cluster, cluster.table(job), rule, block_search)
 
 
 def start_rule(cluster: RolloutCluster, table: FeasibilityTable, rule: Rule, block_search: int = 0) -> bool:
@@ -1006,7 +1014,7 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
             tracker.observe(job)
             conds.append(tracker.features(topology))
             for i, rule in enumerate(rules):
-                blocked[i] += not start_rule(copies[i], copies[i].table(job), rule, block_search)
+                blocked[i] += not start_rule_on(copies[i], job, rule, block_search)
             sim.apply(placed_decision(state.feasibility, rules[0].degree(state), block_search))
         summary = sim.finalize().summary
         if sim.accounting == "paper" and sim.horizon_s is not None:  # running at the horizon counts as blocked

@@ -55,6 +55,60 @@ class Feasibility:
         self.placer = placer
         self.step_model = step_model
         self._shape_steps: dict[tuple[str, int], list] = {}
+        self._placed_steps: dict[tuple[str, int, int], tuple[int, float] | None] = {}
+
+    PLACED_STEP_ENTRIES = 200_000
+    """Entries :meth:`placed_step` keeps before it starts afresh (bounded memory)."""
+
+    def placed_step(self, graph: TrainingGraph, degree: int, occupied_mask: int) -> tuple[int, float] | None:
+        """``(server mask, step time in s)`` of the placer's placement of ``graph`` at ``degree``
+        given the servers other jobs hold, or ``None`` if it cannot be placed: what
+        :meth:`FeasibilityTable.placement` and :meth:`FeasibilityTable.step` give, in one lookup
+        cached by occupancy (rollouts and the teacher search ask the same ones over and over, each
+        from a new table)."""
+        key = (graph.fingerprint, degree, occupied_mask)
+        found = self._placed_steps.get(key, False)
+        if found is False:
+            placement = self.placer.place(graph, degree, occupied_mask)
+            found = (None if placement is None
+                     else (placement.mask, self.step_model.step(graph, degree, placement).step_time_s))
+            if len(self._placed_steps) >= self.PLACED_STEP_ENTRIES:
+                self._placed_steps.clear()
+            self._placed_steps[key] = found
+        return found
+
+    def min_feasible_start(self, job: JobSpec, occupied_mask: int, min_degree: int) -> tuple[int, int, float] | None:
+        """``(degree, server mask, JCT in s)`` that :func:`~simulator.policies.heuristics.min_feasible_degree`
+        gives ``job`` on this occupancy, placed by the placer, or ``None`` (no feasible degree: the
+        rule rejects). The same answer as a :class:`FeasibilityTable`, through :meth:`placed_step`
+        (``tests/test_lookahead.py``)."""
+        steps, max_jct_s = job.num_training_steps, job.max_jct_s
+        if self.placer.mode == "block":
+            limit = self.topology.num_servers - occupied_mask.bit_count()
+        else:
+            limit = max(self.topology.degrees, default=self.topology.num_servers)
+        prefilter = self.jct_depends_on_shape_only
+        graph = job.graph
+
+        def feasible(degree: int) -> tuple[int, float] | None:
+            if prefilter and not self.some_shape_may_meet(graph, degree,
+                                                          lambda step_s: meets_target(step_s * steps, max_jct_s)):
+                return None
+            found = self.placed_step(graph, degree, occupied_mask)
+            if found is None or not meets_target(found[1] * steps, max_jct_s):
+                return None
+            return found
+
+        degrees = self.topology.degrees
+        for d in degrees:
+            if d > limit:
+                break
+            if d >= min_degree and (found := feasible(d)) is not None:
+                return d, found[0], found[1] * steps
+        for d in reversed(degrees):
+            if d < min_degree and d <= limit and (found := feasible(d)) is not None:
+                return d, found[0], found[1] * steps
+        return None
 
     @cached_property
     def degree_set(self) -> frozenset[int]:

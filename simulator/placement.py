@@ -256,6 +256,9 @@ class OpPlacer:
     they are not reused, see :meth:`_note_occupancy_lookup`)."""
     MIN_REUSE = 0.1
     """Fraction of hits below which occupancy-keyed caches are kept small."""
+    UNBOUND_MEMORY_FRACTION = 0.999
+    """A job whose ops need at most this share of the smallest server's memory is placed by its
+    first free blocks alone (:meth:`_place_unbound`)."""
 
     def __init__(self, topology: RampTopology, partitioner: Partitioner,
                  mode: PlacementMode = "op_first_fit", op_placer: BlockOpPlacer | None = None) -> None:
@@ -284,6 +287,10 @@ class OpPlacer:
         self._relative_bytes = 0
         self._indexes: list[FreeBlockIndex | None] = [None, None]  # whole cluster, last region
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
+        self._min_capacity = min(self._capacity)
+        self._unbound: dict[tuple[str, int], tuple[int, ...] | None] = {}
+        self._by_first_blocks: dict[tuple, Placement] = {}
+        self._by_first_bytes = 0
 
     @property
     def shifts_placements(self) -> bool:
@@ -439,7 +446,62 @@ class OpPlacer:
             self._allowed_bytes += size
         return found
 
+    def _memory_never_binds(self, graph: TrainingGraph, degree: int) -> tuple[int, ...] | None:
+        """The split sizes the graph uses at ``degree`` (ascending) when no server's memory can bind
+        its first-fit placement, else ``None`` (cached).
+
+        Memory cannot bind when all the job's ops together (each op's pair share) need less than the
+        smallest server's memory, with a margin that no float rounding of the running sums can
+        cross: every op then fits on the first block it is offered."""
+        key = (graph.fingerprint, degree)
+        found = self._unbound.get(key, False)
+        if found is False:
+            fwd = graph.forward
+            splits = self.partitioner.splits(graph, degree)
+            need_bytes = float((2 * (fwd.activation_bytes + fwd.parameter_bytes) / splits).sum())
+            found = (tuple(sorted(set(splits.tolist())))
+                     if need_bytes <= self.UNBOUND_MEMORY_FRACTION * self._min_capacity else None)
+            self._unbound[key] = found
+        return found
+
+    def _place_unbound(self, graph: TrainingGraph, degree: int, sizes: tuple[int, ...], allowed: int,
+                       region: Region | None) -> Placement | None:
+        """:meth:`_place` when memory cannot bind (:meth:`_memory_never_binds`): first fit then gives
+        every op of split size ``n`` the first free block of ``n`` servers (an op's parent of its
+        size holds that block too), so the placement is a function of those first blocks alone. They
+        are found without listing every free block, and the placement is cached by them: on a big
+        cluster occupancies rarely repeat, their first blocks often do. Equal to the op-by-op scan
+        (``tests/test_placement.py``)."""
+        index = self.free_index(allowed, region)
+        firsts = []
+        for n in sizes:
+            found = index.first_origin(n)
+            if found is None:
+                return None
+            firsts.append(found)
+        key = (graph.fingerprint, degree, tuple(firsts))
+        result = self._by_first_blocks.get(key)
+        if result is None:
+            servers = {n: self.topology.block_from_server(*f).servers for n, f in zip(sizes, firsts, strict=True)}
+            result = self.make_placement(tuple(servers[n] for n in self.partitioner.splits(graph, degree).tolist()))
+            size = 300 + 8 * len(result.op_servers)  # the entry's tuples (the servers tuples are shared)
+            if len(self._by_first_blocks) >= self.MAX_CACHE_ENTRIES or self._by_first_bytes + size > self.MAX_CACHE_BYTES:
+                self._by_first_blocks.clear()
+                self._by_first_bytes = 0
+            self._by_first_blocks[key] = result
+            self._by_first_bytes += size
+        return result
+
     def _place(self, graph: TrainingGraph, degree: int, allowed: int, region: Region | None = None) -> Placement | None:
+        sizes = self._memory_never_binds(graph, degree)
+        if sizes is not None:
+            return self._place_unbound(graph, degree, sizes, allowed, region)
+        return self._place_by_op(graph, degree, allowed, region)
+
+    def _place_by_op(self, graph: TrainingGraph, degree: int, allowed: int,
+                     region: Region | None = None) -> Placement | None:
+        """First fit op by op in topological order: an op takes its first parent's servers if it
+        splits as many ways and they have room, else the first allowed block of its size with room."""
         order, parents = self._graph_structure(graph)
         splits = self.partitioner.splits(graph, degree).tolist()
         # Fail fast: every split size the graph uses needs at least one allowed block.
@@ -499,4 +561,6 @@ class OpPlacer:
         self._allowed_bytes = 0
         self._relative.clear()
         self._relative_bytes = 0
+        self._by_first_blocks.clear()
+        self._by_first_bytes = 0
         self._indexes = [None, None]

@@ -111,8 +111,13 @@ def test_planner_is_deterministic_and_only_picks_feasible_actions(paper_short, f
     assert all(r.block_reason in ("", "rejected", "running_at_horizon") for r in r1.records)
 
 
-def test_min_feasible_degree_matches_the_heuristic(paper_short) -> None:
-    cfg, feas, workload = paper_short
+@pytest.mark.parametrize("placement", ["op_first_fit", "block"])
+def test_min_feasible_degree_matches_the_heuristic(paper_short, placement: str) -> None:
+    """The rule's degree, by the table, by the policy, and by the table-free path the rollouts
+    take (``Feasibility.min_feasible_start``: same degree, servers and JCT), op-level first fit
+    and block placement (with its shape prefilter)."""
+    cfg, _, workload = paper_short
+    feas = build_feasibility(build_topology(cfg), {**cfg.sim, "placement": placement})
     for job in itertools.islice(workload.jobs(0), 10):
         masks = [0, 0xFFFF, 0xF0F0F0F0, (1 << 32) - 1, *np.random.default_rng(job.job_id).integers(0, 1 << 32, 4)]
         for occupied in map(int, masks):
@@ -122,6 +127,11 @@ def test_min_feasible_degree_matches_the_heuristic(paper_short) -> None:
                 ok = [d for d in table.degrees if table.feasible(d)]
                 expected = min([d for d in ok if d >= k], default=max(ok, default=0))
                 assert min_feasible_degree(table, k) == MinFeasible(k).decide(job, state).degree == expected
+                fast = feas.min_feasible_start(job, occupied, k)
+                if expected:
+                    assert fast == (expected, table.placement(expected).mask, table.jct_s(expected))
+                else:
+                    assert fast is None
 
 
 def test_config_and_errors() -> None:

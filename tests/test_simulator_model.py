@@ -9,7 +9,7 @@ from simulator.build import SimKnobs, build_feasibility
 from simulator.comm import RampCommModel
 from simulator.errors import ConfigError
 from simulator.partition import Partitioner, split_counts
-from simulator.placement import OpPlacer
+from simulator.placement import OpPlacer, block_region
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology
 from tests.conftest import PAPER_KNOBS, make_graph
@@ -243,3 +243,36 @@ def test_step_model_cache_is_keyed_by_degree(paper_feasibility) -> None:
     t2 = sm.step(tg, 2, placer.place(tg, 2, 0)).step_time_s
     t4 = sm.step(tg, 4, placer.place(tg, 4, 0)).step_time_s
     assert t4 < t2
+
+
+@pytest.mark.parametrize("shape", [(4, 4, 2), (8, 8, 8)])
+def test_placement_by_first_blocks_equals_the_op_by_op_scan(shape: tuple[int, int, int]) -> None:
+    """Where memory cannot bind, the placement is made from each split size's first free block
+    (and cached by them); it must equal first fit op by op, on the paper cluster and on 512 servers,
+    inside a job's block too. With small servers memory binds and the op-by-op scan is used."""
+    c, r, s = shape
+    topo = RampTopology(num_comm_groups=c, num_racks_per_group=r, num_servers_per_rack=s,
+                        max_degree=max(16, c * r * s // 8))
+    feas = build_feasibility(topo, PAPER_KNOBS)
+    placer = feas.placer
+    graphs = [TrainingGraph(g) for g in load_graph_set("paper", time_unit_s=1.0)]
+    rng = np.random.default_rng(1)
+    fast = 0
+    for _ in range(120):
+        busy = int(sum(1 << int(x) for x in rng.choice(topo.num_servers, size=rng.integers(0, topo.num_servers * 3 // 4),
+                                                        replace=False)))
+        allowed = topo.all_servers_mask & ~busy
+        tg = graphs[int(rng.integers(len(graphs)))]
+        for d in topo.degrees:
+            assert placer._memory_never_binds(tg, d) is not None
+            fast += 1
+            assert placer._place(tg, d, allowed) == placer._place_by_op(tg, d, allowed)
+            block = placer.free_index(allowed).first(d)
+            if block is not None:
+                region = block_region(block)
+                assert (placer._place(tg, d, block.mask, region)
+                        == placer._place_by_op(tg, d, block.mask, region))
+    assert fast > 500
+    small = build_feasibility(RampTopology(memory_capacity_bytes=4e9), PAPER_KNOBS).placer
+    (vgg,) = load_graph_set("vgg16", time_unit_s=1.0)
+    assert small._memory_never_binds(TrainingGraph(vgg), 1) is None

@@ -89,6 +89,21 @@ class RolloutCluster:
         heapq.heappush(self.releases, (table.job.arrival_time_s + jct, placement.mask))
         return True
 
+    def start_min_feasible(self, job: JobSpec, min_degree: int) -> bool:
+        """Release what ends by ``job``'s arrival and start it with ``MinFeasible(min_degree)``'s
+        degree, placed by the scenario's placer: ``start(table(job), min_feasible_degree(table,
+        min_degree))`` without building a table (the rollouts' hot loop); ``False``: blocked."""
+        heap, t = self.releases, job.arrival_time_s
+        while heap and heap[0][0] <= t:
+            self.occupied_mask &= ~heapq.heappop(heap)[1]
+        found = self.engine.min_feasible_start(job, self.occupied_mask, min_degree)
+        if found is None:
+            return False
+        _, mask, jct_s = found
+        self.occupied_mask |= mask
+        heapq.heappush(heap, (t + jct_s, mask))
+        return True
+
     def running_after(self, time_s: float) -> int:
         """Jobs that will still be running at ``time_s``."""
         return sum(1 for end, _ in self.releases if end > time_s)
@@ -187,9 +202,12 @@ class RolloutLookahead:
             if horizon_s is not None and t >= horizon_s:
                 reached_horizon = True
                 break
-            table = cluster.table(JobSpec(-1, t, graph, beta, steps))
-            degree = min_feasible_degree(table, k) if rollout_degree is None else rollout_degree(table)
-            blocked += not cluster.start(table, degree)
+            job = JobSpec(-1, t, graph, beta, steps)
+            if rollout_degree is None:
+                blocked += not cluster.start_min_feasible(job, k)
+            else:
+                table = cluster.table(job)
+                blocked += not cluster.start(table, rollout_degree(table))
         if paper and reached_horizon:
             blocked += cluster.running_after(horizon_s)  # type: ignore[arg-type]
         return blocked
