@@ -8,6 +8,11 @@ A ``pacml-distill distill.mode=critic`` run (it holds ``critic.pt``) is shipped 
 
 Usage: python scripts/ship_checkpoint.py outputs/train/paper_betaC paper_betaC
        python scripts/ship_checkpoint.py outputs/distill/paper_betaD_critic paper_betaD_critic
+       python scripts/ship_checkpoint.py RUN/paper_betaD_critic paper_betaD_critic --agent paper_betaD
+
+``--agent NAME`` (critics): the critic was distilled around a run directory that is shipped as
+``NAME``; the critic then names ``NAME`` (in ``critic.pt`` and ``distill_config.yaml``) instead of
+that directory. Refused unless the shipped ``NAME/policy.pt`` is byte-identical to the run's.
 """
 
 from __future__ import annotations
@@ -71,16 +76,40 @@ def record_teacher(policy: Path, metrics: Path) -> None:
         torch.save(payload, policy)
 
 
+def name_agent(dest: Path, agent: str) -> None:
+    """Make the critic in ``dest`` name its agent by the shipped ``agent`` (see module docstring)."""
+    import filecmp
+
+    import torch
+    from omegaconf import OmegaConf
+
+    payload = torch.load(dest / "critic.pt", map_location="cpu", weights_only=False)
+    trained = Path(payload["meta"]["agent_checkpoint"])
+    trained = trained / "policy.pt" if trained.is_dir() else trained
+    shipped = DEST / agent / "policy.pt"
+    if not (trained.is_file() and shipped.is_file() and filecmp.cmp(trained, shipped, shallow=False)):
+        raise SystemExit(f"--agent {agent}: {shipped} is not the agent the critic was distilled around ({trained})")
+    payload["meta"]["agent_checkpoint"] = agent
+    payload["meta"]["distill"]["checkpoint"] = agent
+    torch.save(payload, dest / "critic.pt")
+    config = OmegaConf.load(dest / "distill_config.yaml")
+    config.distill.checkpoint = agent
+    (dest / "distill_config.yaml").write_text(OmegaConf.to_yaml(config))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("name")
+    parser.add_argument("--agent", help="critics: the shipped name of the agent it was distilled around")
     args = parser.parse_args()
     dest = DEST / args.name
     dest.mkdir(parents=True, exist_ok=True)
     if (args.run_dir / "critic.pt").is_file():
         for name in ("critic.pt", "distill_config.yaml", "critic_metrics.csv", "distill_summary.json", "demos.jsonl"):
             shutil.copy2(args.run_dir / name, dest / name)
+        if args.agent:
+            name_agent(dest, args.agent)
         print(f"shipped {args.run_dir} -> {dest}")
         return
     for name in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json"):
