@@ -15,7 +15,7 @@ Everything is computed lazily and cached, so a policy pays only for what it asks
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -39,6 +39,20 @@ MaskKind = Literal["paper", "placeable", "feasible"]
 def meets_target(jct_s: float, max_jct_s: float) -> bool:
     """The acceptance test: ``jct <= beta x sequential JCT`` (up to float rounding)."""
     return jct_s <= max_jct_s * (1 + JCT_TOLERANCE)
+
+
+def min_feasible_order(degrees: Sequence[int], limit: int, min_degree: int) -> Iterator[int]:
+    """The degrees ``MinFeasible(min_degree)`` tests, in its order: ascending from ``min_degree``,
+    then descending below it, none above ``limit`` (``degrees`` ascend; nothing above the
+    placeable limit can be taken). The first feasible one is the rule's degree."""
+    for d in degrees:
+        if d > limit:
+            break
+        if d >= min_degree:
+            yield d
+    for d in reversed(degrees):
+        if d < min_degree and d <= limit:
+            yield d
 
 
 class Feasibility:
@@ -77,16 +91,21 @@ class Feasibility:
             self._placed_steps[key] = found
         return found
 
+    def max_placeable_degree(self, num_free_servers: int) -> int:
+        """No degree above this can be placed with ``num_free_servers`` free: under block placement a
+        job holds exactly ``degree`` free servers; under op-level first fit a job may use fewer
+        servers than its degree (ops split fewer ways), so every degree stays possible."""
+        if self.placer.mode == "block":
+            return num_free_servers
+        return max(self.topology.degrees, default=self.topology.num_servers)
+
     def min_feasible_start(self, job: JobSpec, occupied_mask: int, min_degree: int) -> tuple[int, int, float] | None:
         """``(degree, server mask, JCT in s)`` that :func:`~simulator.policies.heuristics.min_feasible_degree`
         gives ``job`` on this occupancy, placed by the placer, or ``None`` (no feasible degree: the
         rule rejects). The same answer as a :class:`FeasibilityTable`, through :meth:`placed_step`
         (``tests/test_lookahead.py``)."""
         steps, max_jct_s = job.num_training_steps, job.max_jct_s
-        if self.placer.mode == "block":
-            limit = self.topology.num_servers - occupied_mask.bit_count()
-        else:
-            limit = max(self.topology.degrees, default=self.topology.num_servers)
+        limit = self.max_placeable_degree(self.topology.num_servers - occupied_mask.bit_count())
         prefilter = self.jct_depends_on_shape_only
         graph = job.graph
 
@@ -99,14 +118,8 @@ class Feasibility:
                 return None
             return found
 
-        degrees = self.topology.degrees
-        for d in degrees:
-            if d > limit:
-                break
-            if d >= min_degree and (found := feasible(d)) is not None:
-                return d, found[0], found[1] * steps
-        for d in reversed(degrees):
-            if d < min_degree and d <= limit and (found := feasible(d)) is not None:
+        for d in min_feasible_order(self.topology.degrees, limit, min_degree):
+            if (found := feasible(d)) is not None:
                 return d, found[0], found[1] * steps
         return None
 
@@ -210,12 +223,8 @@ class FeasibilityTable:
 
     @property
     def max_placeable_degree(self) -> int:
-        """No degree above this can be placed now: under block placement a job holds exactly
-        ``degree`` free servers, so the free servers; under op-level first fit a job may use fewer
-        servers than its degree (ops split fewer ways), so every degree stays possible."""
-        if self.engine.placer.mode == "block":
-            return self.num_free_servers
-        return self.engine.topology.num_servers if not self.engine.degrees else max(self.engine.degrees)
+        """No degree above this can be placed now (:meth:`Feasibility.max_placeable_degree`)."""
+        return self.engine.max_placeable_degree(self.num_free_servers)
 
     def enough_servers(self, degree: int) -> bool:
         """The original's mask: ``degree`` is offered and ``<=`` the free servers (spec §8.3)."""
