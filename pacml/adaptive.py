@@ -516,6 +516,14 @@ class AdaptivePolicy:
         shadow_max_servers: Clusters with more servers run the selector alone (``None``: no limit).
             A shadow measures a rule from an empty cluster; on a big cluster the state the real
             cluster has reached after the warm-up (fragmentation) decides, and that misleads.
+        shadow_all_above_servers: Clusters with more servers than this (and at most
+            ``shadow_max_servers``) shadow every rule they offer, and the warm-up grows with the
+            cluster: ``shadow_warmup x servers / 32`` jobs (``None``: the same shadows and warm-up on
+            every cluster). At the paper's load per server a cluster N times the paper's 32 servers
+            takes N times the arrivals to fill, and the selector's labels there come from training
+            episodes that ended before it filled, so its best-scored rules need not include the
+            best one (on 512 servers its best 8 leave out ``min_feasible(8)``). Placed in blocks, a
+            late switch costs little on such a cluster (BENCHMARKS.md §10).
         selector_memory: Jobs over which the selector's scores are averaged before its pick (1:
             each job's own scores). The condition features come from the last 64 arrivals, and
             near a boundary between rules their noise alone flips the pick from job to job; the
@@ -578,7 +586,8 @@ class AdaptivePolicy:
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
-                 shadow_z: float = 1.0, shadow_max_servers: int | None = None, selector_memory: int = 1,
+                 shadow_z: float = 1.0, shadow_max_servers: int | None = None,
+                 shadow_all_above_servers: int | None = None, selector_memory: int = 1,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
@@ -664,11 +673,12 @@ class AdaptivePolicy:
         self._picked: int | None = None
         if not _finite_nonneg(shadow_z):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
-        if shadow_max_servers is not None and (not isinstance(shadow_max_servers, int)
-                                               or isinstance(shadow_max_servers, bool) or shadow_max_servers < 1):
-            raise ConfigError(f"must be an integer >= 1 or null, got {shadow_max_servers!r}",
-                              field="policy.shadow_max_servers")
+        for name, value in (("shadow_max_servers", shadow_max_servers),
+                            ("shadow_all_above_servers", shadow_all_above_servers)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"must be an integer >= 1 or null, got {value!r}", field=f"policy.{name}")
         self.shadow_max_servers = shadow_max_servers
+        self.shadow_all_above_servers = shadow_all_above_servers
         for name, value in (("shadow_novelty", shadow_novelty), ("shadow_familiar_z", shadow_familiar_z)):
             if value is not None and not _finite_nonneg(value):
                 raise ConfigError(f"must be a finite number >= 0 or null, got {value!r}", field=f"policy.{name}")
@@ -720,6 +730,8 @@ class AdaptivePolicy:
         #: Shadow clusters of the current episode (empty without shadows or before the first job).
         self.shadows: list[ShadowCluster] = []
         self._following: int | None = None  # index of the shadow followed
+        #: Jobs before the shadows may overrule the selector, on this episode's cluster.
+        self.warmup_jobs = shadow_warmup
         # _discordant[i, j]: jobs exactly one of shadows i and j blocked.
         self._discordant = np.zeros((0, 0), dtype=np.int64)
 
@@ -742,6 +754,7 @@ class AdaptivePolicy:
         self.shadows = []
         self._following = None
         self._discordant = np.zeros((0, 0), dtype=np.int64)
+        self.warmup_jobs = self.shadow_warmup
 
     def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
         key = id(topology)
@@ -827,17 +840,21 @@ class AdaptivePolicy:
         if self.shadow_rules and (self.shadow_max_servers is None
                                   or state.topology.num_servers <= self.shadow_max_servers):
             if not self.shadows:
-                order = np.argsort(-scores, kind="stable")[:self.shadow_rules]
+                servers = state.topology.num_servers
+                big = self.shadow_all_above_servers is not None and servers > self.shadow_all_above_servers
+                order = np.argsort(-scores, kind="stable")[:len(rules) if big else self.shadow_rules]
                 self.shadows = [ShadowCluster(rules[int(i)], state, self.block_search if self.shadow_blocks else 0)
                                 for i in sorted(order)]
                 self._discordant = np.zeros((len(self.shadows), len(self.shadows)), dtype=np.int64)
+                self.warmup_jobs = (math.ceil(self.shadow_warmup * servers / PAPER_SERVERS) if big
+                                else self.shadow_warmup)
             for shadow in self.shadows:
                 shadow.step(job)
             flags = np.fromiter((s.last_blocked for s in self.shadows), bool, len(self.shadows))
             if flags.any() and not flags.all():
                 self._discordant += flags[:, None] != flags[None, :]
             familiar = self._familiar()  # every job: the novelty is the episode's mean
-            if self.shadows[0].decided > self.shadow_warmup:
+            if self.shadows[0].decided > self.warmup_jobs:
                 leader = min(range(len(self.shadows)), key=lambda i: self.shadows[i].blocked)
                 current = self._following
                 if current is None:  # an unshadowed pick is followed as is

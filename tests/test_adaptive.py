@@ -345,6 +345,33 @@ def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None
     assert _run(gated, cfg) == (para_max, para_max_degrees) and not gated.shadows
 
 
+def test_big_clusters_shadow_every_rule_with_a_warmup_that_grows_with_the_cluster() -> None:
+    cfg = compose_sim_config(PAPER_D)
+    topo = build_topology(cfg)
+    rules = rule_candidates(topo)
+    everything = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=len(rules))
+    expected = _run(everything, cfg)
+    # Above the threshold two shadow rules become every rule; on 32 servers the warm-up is unchanged.
+    big = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2,
+                         shadow_all_above_servers=topo.num_servers - 1)
+    assert _run(big, cfg) == expected and len(big.shadows) == len(rules)
+    at = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2, shadow_all_above_servers=topo.num_servers)
+    _run(at, cfg)
+    assert len(at.shadows) == 2  # not above it: the selector's best two
+    # 64 servers take twice the arrivals to fill: the shadows may overrule after 128 jobs, not 64.
+    cfg64 = compose_sim_config(["scenario=paper", "beta=D", "cluster=ramp64", "mean_interarrival_s=500",
+                                "horizon_s=150000", "progress=false"])
+    topo64 = build_topology(cfg64)
+    switched = []
+    for threshold in (None, 32):
+        policy = AdaptivePolicy(weights=_Prefer("para_max(16)", topo64), shadow_rules=8, shadow_warmup=64,
+                                shadow_all_above_servers=threshold)
+        _run(policy, cfg64)
+        switched.append(next(i for i, c in enumerate(policy.chosen) if c != "para_max(16)"))
+        assert policy.warmup_jobs == (64 if threshold is None else 128)
+    assert switched[0] < 128 <= switched[1] < 250
+
+
 class _PreferAt(_Prefer):
     """A :class:`_Prefer` selector whose every condition lies ``novelty`` from its training data."""
 
@@ -398,6 +425,7 @@ def test_novelty_is_the_scaled_distance_to_the_nearest_training_condition(tmp_pa
 def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
                      ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
+                     ("shadow_all_above_servers", 0), ("shadow_all_above_servers", 2.5),
                      ("selector_memory", 0), ("selector_memory", 2.5), ("shadow_novelty", -1.0),
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
                      ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no"),
@@ -829,10 +857,12 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
     assert result.summary["num_jobs_arrived"] >= 140 and result.summary["blocking_rate"] < 0.75
     assert set(policy.chosen) <= {r.label for r in rule_candidates(topo)}
-    # Shadows on the paper cluster; the selector alone above policy.shadow_max_servers (256).
-    shadowed = topo.num_servers <= policy.shadow_max_servers
-    assert len(policy.shadows) == (min(8, len(rule_candidates(topo))) if shadowed else 0)
-    assert shadowed == (cluster == "ramp32")
+    # The selector's best 8 rules shadowed on the paper cluster; every rule above
+    # policy.shadow_all_above_servers (256), with the warm-up scaled by servers / 32.
+    big = topo.num_servers > policy.shadow_all_above_servers
+    assert policy.shadow_max_servers is None and big == (cluster != "ramp32")
+    assert len(policy.shadows) == (len(rule_candidates(topo)) if big else min(8, len(rule_candidates(topo))))
+    assert policy.warmup_jobs == policy.shadow_warmup * (topo.num_servers // 32 if big else 1)
     assert all(s.decided == len(policy.chosen) for s in policy.shadows)
     assert all(s.block_search == policy.block_search for s in policy.shadows)  # placed as the agent places
 
