@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -227,6 +227,29 @@ def block_region(block: Block) -> Region:
     return (c, c + x, r, r + x, k, k + 1) if z == -1 else (c, c + x, r, r + y, k, k + z)
 
 
+class _BoundedCache(dict):
+    """A dict bounded by entries and by an estimate of its bytes: an insert that would cross
+    either bound clears it first (its entries stay valid; the bound only limits memory)."""
+
+    __slots__ = ("size_bytes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size_bytes = 0
+
+    def put(self, key: Any, value: Any, size_bytes: int, max_entries: int, max_bytes: int) -> None:
+        """Store ``value`` under ``key``, counting ``size_bytes`` against ``max_bytes``."""
+        if len(self) >= max_entries or self.size_bytes + size_bytes > max_bytes:
+            self.clear()
+        self[key] = value
+        self.size_bytes += size_bytes
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        super().clear()
+        self.size_bytes = 0
+
+
 class OpPlacer:
     """First-fit op placement.
 
@@ -278,19 +301,16 @@ class OpPlacer:
         self._capacity: list[float] = topology.server_memory_bytes.tolist()
         self._mask_bytes = topology.num_servers // 8 + 64  # an occupancy key
         self._cache: dict[tuple, Placement | None] = {}
-        self._allowed_cache: dict[tuple[int, int, Region | None], Sequence[Block]] = {}
+        self._allowed_cache = _BoundedCache()  # (n, allowed, region) -> blocks
         self._occupancy_entries = self.MAX_CACHE_ENTRIES  # bound of the occupancy-keyed caches
         self._occupancy_window = [0, 0]  # lookups, hits in the current window
         self._small = topology.num_servers <= topology.MATERIALISE_MAX_SERVERS
-        self._allowed_bytes = 0
-        self._relative: dict[tuple, _Relative | None] = {}
-        self._relative_bytes = 0
+        self._relative = _BoundedCache()  # (graph, degree, shape, kinds) -> _Relative | None
         self._indexes: list[FreeBlockIndex | None] = [None, None]  # whole cluster, last region
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
         self._min_capacity = min(self._capacity)
         self._unbound: dict[tuple[str, int], tuple[int, ...] | None] = {}
-        self._by_first_blocks: dict[tuple, Placement] = {}
-        self._by_first_bytes = 0
+        self._by_first_blocks = _BoundedCache()  # (graph, degree, first blocks) -> Placement
 
     @property
     def shifts_placements(self) -> bool:
@@ -416,12 +436,8 @@ class OpPlacer:
         if result is not None and not self.partitioner.split_ops:
             result = self._hold_block(result, block)
         rel = None if result is None else _Relative(result, origin)
-        size = 200 + (0 if rel is None else rel.size_bytes)
-        if len(self._relative) >= self.MAX_CACHE_ENTRIES or self._relative_bytes + size > self.MAX_CACHE_BYTES:
-            self._relative.clear()
-            self._relative_bytes = 0
-        self._relative[key] = rel
-        self._relative_bytes += size
+        self._relative.put(key, rel, 200 + (0 if rel is None else rel.size_bytes),
+                           self.MAX_CACHE_ENTRIES, self.MAX_CACHE_BYTES)
         return result
 
     def _allowed_blocks(self, n: int, allowed: int, region: Region | None = None) -> Sequence[Block]:
@@ -439,11 +455,7 @@ class OpPlacer:
             if self._small:
                 found = _KeptBlocks(found)
             size = self._mask_bytes + 200 + 16 * len(found)  # shape rows and origins
-            if len(self._allowed_cache) >= self._occupancy_entries or self._allowed_bytes + size > self.MAX_CACHE_BYTES:
-                self._allowed_cache.clear()
-                self._allowed_bytes = 0
-            self._allowed_cache[key] = found
-            self._allowed_bytes += size
+            self._allowed_cache.put(key, found, size, self._occupancy_entries, self.MAX_CACHE_BYTES)
         return found
 
     def _memory_never_binds(self, graph: TrainingGraph, degree: int) -> tuple[int, ...] | None:
@@ -485,11 +497,7 @@ class OpPlacer:
             servers = {n: self.topology.block_from_server(*f).servers for n, f in zip(sizes, firsts, strict=True)}
             result = self.make_placement(tuple(servers[n] for n in self.partitioner.splits(graph, degree).tolist()))
             size = 300 + 8 * len(result.op_servers)  # the entry's tuples (the servers tuples are shared)
-            if len(self._by_first_blocks) >= self.MAX_CACHE_ENTRIES or self._by_first_bytes + size > self.MAX_CACHE_BYTES:
-                self._by_first_blocks.clear()
-                self._by_first_bytes = 0
-            self._by_first_blocks[key] = result
-            self._by_first_bytes += size
+            self._by_first_blocks.put(key, result, size, self.MAX_CACHE_ENTRIES, self.MAX_CACHE_BYTES)
         return result
 
     def _place(self, graph: TrainingGraph, degree: int, allowed: int, region: Region | None = None) -> Placement | None:
@@ -558,9 +566,6 @@ class OpPlacer:
         """Drop cached placements (they stay valid; this only frees memory)."""
         self._cache.clear()
         self._allowed_cache.clear()
-        self._allowed_bytes = 0
         self._relative.clear()
-        self._relative_bytes = 0
         self._by_first_blocks.clear()
-        self._by_first_bytes = 0
         self._indexes = [None, None]
