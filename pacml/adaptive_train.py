@@ -55,6 +55,7 @@ class AdaptiveTrainConfig:
     seeds_per_condition: int = 2
     jobs_per_episode: int = 500
     jobs_per_server: float = 0.0
+    size_spread_frac: float = 0.0
     workers: int = 2
     seed: int = 0
     time_budget_s: float = 3600.0
@@ -79,7 +80,8 @@ class AdaptiveTrainConfig:
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
     """The overrides of training condition ``index`` (a pure function of the run's seed)."""
     return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode, cfg.core_frac,
-                            cfg.scenario, cfg.jobs_per_server)
+                            cfg.scenario, cfg.jobs_per_server, cfg.size_spread_frac,
+                            np.random.default_rng([cfg.seed, index, 1]))
 
 
 def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
@@ -442,7 +444,8 @@ USED_FILE = "time_used.json"
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
-SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "jobs_per_server", "seed", "core_frac",
+SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "jobs_per_server", "size_spread_frac",
+               "seed", "core_frac",
                "scenario", "window", "block_search")
 
 
@@ -471,7 +474,8 @@ def command() -> Any:
 
     count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
     ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": Rule(int, low=20),
-              "jobs_per_server": Rule(float, low=0.0), "workers": count, "seed": Rule(int, low=0, high=MAX_SEED),
+              "jobs_per_server": Rule(float, low=0.0), "size_spread_frac": Rule(float, low=0.0, high=1.0),
+              "workers": count, "seed": Rule(int, low=0, high=MAX_SEED),
               "time_budget_s": Rule(float | None, low=0.0, low_open=True),
               "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
               "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),

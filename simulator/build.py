@@ -7,8 +7,9 @@ Every builder unwraps Hydra's instantiation errors so the user sees our message,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -28,7 +29,7 @@ from simulator.step_model import StepModel
 from simulator.topology import RampTopology
 from workloads.errors import WorkloadError
 from workloads.jobs import Workload
-from workloads.loaders import load_graph_set
+from workloads.loaders import load_graph_set, resolve_graph_paths
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,19 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
     return Feasibility(topology, placer, StepModel(partitioner, comm))
 
 
+def _time_scales(wl: Any, num_graphs: int) -> list[float] | None:
+    """``workload.time_scales``, checked against the number of graphs (``None`` if unset)."""
+    scales = wl.get("time_scales")
+    if scales is None:
+        return None
+    scales = list(scales)
+    if len(scales) != num_graphs or not all(
+            isinstance(f, int | float) and not isinstance(f, bool) and 0 < f < math.inf for f in scales):
+        raise ConfigError(f"need {num_graphs} finite factors > 0 (one per graph, in order), got {scales}",
+                          field="workload.time_scales")
+    return scales
+
+
 def build_workload(cfg: DictConfig | Mapping[str, Any]) -> Workload:
     """The job stream from ``cfg.workload``, ``cfg.arrivals`` and ``cfg.beta``."""
     wl = cfg["workload"]
@@ -118,6 +132,11 @@ def build_workload(cfg: DictConfig | Mapping[str, Any]) -> Workload:
     if not unit > 0:
         raise ConfigError(f"must be > 0, got {unit}", field="workload.profile_time_unit_s")
     graph_set = load_graph_set(graphs, time_unit_s=unit)
+    scales = _time_scales(wl, len(graph_set))
+    if scales is not None:
+        # A scaled copy is another graph (its own name and fingerprint, so no cache mixes the two).
+        graph_set = tuple(g if f == 1 else replace(g.scaled(float(f)), name=f"{g.name}x{float(f):g}")
+                          for g, f in zip(graph_set, scales, strict=True))
     weights = wl.get("weights")
     return Workload(graph_set, instantiate_checked(cfg["arrivals"], "arrivals"), instantiate_checked(cfg["beta"], "beta"),
                     num_training_steps=wl.get("num_training_steps", 50),
@@ -152,6 +171,10 @@ def check_buildable(cfg: DictConfig) -> None:
     build_feasibility(topology, cfg.get("sim", {}))
     instantiate_checked(cfg["arrivals"], "arrivals")
     instantiate_checked(cfg["beta"], "beta")
+    workload = cfg.get("workload")
+    if workload is not None and workload.get("time_scales") is not None:
+        graphs = workload["graphs"]
+        _time_scales(workload, len(resolve_graph_paths(graphs if isinstance(graphs, str) else list(graphs))))
     policy = cfg.get("policy")
     if isinstance(policy, DictConfig) and "_target_" in policy:
         hook = getattr(import_target(policy["_target_"], "policy._target_"), "check_config", None)

@@ -453,6 +453,45 @@ def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_ol
     assert 0.55 * 200 < on_paper < 0.80 * 200  # half core, plus the broad draw's 35 % of the rest
 
 
+def test_size_spread_resizes_some_broad_mixes_and_leaves_every_other_draw_alone() -> None:
+    from pacml.adaptive import SIZE_SCALE_RANGE
+    from pacml.adaptive_train import AdaptiveTrainConfig, condition_overrides
+
+    resized = 0
+    for i in range(300):
+        base = condition_overrides(AdaptiveTrainConfig(core_frac=0.5), i)
+        spread = condition_overrides(AdaptiveTrainConfig(core_frac=0.5, size_spread_frac=0.5), i)
+        assert spread[:len(base)] == base  # the same condition otherwise, draw for draw
+        if len(spread) == len(base):
+            continue
+        resized += 1
+        (extra,) = spread[len(base):]
+        key, value = extra.split("=", 1)
+        graphs = next(o for o in base if o.startswith("workload.graphs=")).split("=", 1)[1].strip("[]").split(",")
+        scales = [float(x) for x in value.strip("[]").split(",")]
+        assert key == "workload.time_scales" and len(scales) == len(graphs)
+        assert all(SIZE_SCALE_RANGE[0] * 0.999 <= x <= SIZE_SCALE_RANGE[1] * 1.001 for x in scales)
+    assert 0.15 * 300 < resized < 0.35 * 300  # half of the broad half
+    # Core conditions (the paper RAMP's dense draw) are never resized.
+    for i in range(100):
+        over = sample_condition(np.random.default_rng([2, i]), 500, core_frac=1.0, size_spread_frac=1.0,
+                                spread_rng=np.random.default_rng([2, i, 1]))
+        assert not any(o.startswith("workload.time_scales=") for o in over)
+    # The resized mix simulates: its graphs' step times are the factors times the originals'.
+    over = condition_overrides(AdaptiveTrainConfig(core_frac=0.5, size_spread_frac=1.0),
+                               next(i for i in range(300) if len(condition_overrides(
+                                   AdaptiveTrainConfig(core_frac=0.5, size_spread_frac=1.0), i)) > 10))
+    cfg = compose_sim_config([*over, "progress=false"])
+    plain = compose_sim_config([*[o for o in over if not o.startswith("workload.time_scales=")], "progress=false"])
+    scales = [float(x) for x in over[-1].split("=", 1)[1].strip("[]").split(",")]
+    from simulator.build import build_workload
+
+    got = build_workload(cfg).training_graphs
+    want = build_workload(plain).training_graphs
+    assert [g.step_time_s for g in got] == pytest.approx([f * g.step_time_s for f, g in zip(scales, want, strict=True)], rel=1e-12)
+    assert len({g.fingerprint for g in got} | {g.fingerprint for g in want}) == 2 * len(want)
+
+
 def test_jobs_per_server_lengthens_big_clusters_episodes_only_and_gives_them_fewer_seeds() -> None:
     def parts(over: list[str]) -> dict[str, str]:
         return dict(o.split("=", 1) for o in over)

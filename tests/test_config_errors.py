@@ -50,6 +50,8 @@ def one_line_error(capsys: pytest.CaptureFixture[str], call, prog: str) -> str:
     (["workload.num_training_steps=abc"], "field 'workload.num_training_steps': must be an integer"),
     (["sim=null"], "field 'sim': must be a config section, got None"),
     (["workload.graphs=null"], "field 'workload.graphs': must be a string or a list of strings"),
+    (["workload.time_scales=[0.5,-1]"], "field 'workload.time_scales': must be > 0"),
+    (["workload.time_scales=[0.5]"], "field 'workload.time_scales': need 5 finite factors > 0 (one per graph"),
     (["beta=uniform", "beta.high=2"], "field 'beta.high': must be a number in (0, 1]"),
     (["beta=fixed", "beta.value=1.5"], "field 'beta.value': must be a number in (0, 1]"),
     (["sim.comm_quirks=maybe"], "field 'sim.comm_quirks': must be true or false, got 'maybe'"),
