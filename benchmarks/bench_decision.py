@@ -154,6 +154,8 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         else:
             from pacml.adaptive import AdaptivePolicy
 
+            # An adaptive checkpoint with these settings, as measured before every rule was shadowed
+            # on big clusters (2026-12-07); --pacml times policy=pacml as it ships.
             policy = AdaptivePolicy(adaptive, shadow_rules=shadow_rules, shadow_max_servers=256, critic=critic,
                                     block_search=block_search, shadow_blocks=shadow_blocks)
         policy.reset(seed)

@@ -128,6 +128,8 @@ def collect_episode(cfg: CollectSettings, index: int, path: Path) -> dict[str, f
     sim_cfg = compose_sim_config([*overrides, "progress=false"])
     workload = build_workload(sim_cfg)
     sim = build_simulation(sim_cfg, seed=seed, workload=workload)
+    # The agent as this (unshipped) critic was measured around; its episodes are 32-server ones, where
+    # neither shadow_max_servers nor shadow_all_above_servers ever applies.
     agent = AdaptivePolicy(cfg.checkpoint, shadow_rules=cfg.shadow_rules, shadow_max_servers=256)
     agent.reset(seed)
     planner = RolloutLookahead(None, window_jobs=cfg.window_jobs, num_futures=cfg.num_futures, seed=cfg.seed)

@@ -7,14 +7,13 @@ Every builder unwraps Hydra's instantiation errors so the user sees our message,
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from simulator.block_placement import build_block_op_placer
 from simulator.comm import RampCommModel
@@ -109,16 +108,22 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
     return Feasibility(topology, placer, StepModel(partitioner, comm))
 
 
+#: Largest ``workload.time_scales`` factor (a graph a million times slower is a typo, not a workload).
+MAX_TIME_SCALE = 1e6
+
+
 def _time_scales(wl: Any, num_graphs: int) -> list[float] | None:
     """``workload.time_scales``, checked against the number of graphs (``None`` if unset)."""
     scales = wl.get("time_scales")
     if scales is None:
         return None
+    if isinstance(scales, str | bytes) or not isinstance(scales, Sequence | ListConfig):
+        raise ConfigError(f"must be a list of factors, got {scales!r}", field="workload.time_scales")
     scales = list(scales)
     if len(scales) != num_graphs or not all(
-            isinstance(f, int | float) and not isinstance(f, bool) and 0 < f < math.inf for f in scales):
-        raise ConfigError(f"need {num_graphs} finite factors > 0 (one per graph, in order), got {scales}",
-                          field="workload.time_scales")
+            isinstance(f, int | float) and not isinstance(f, bool) and 0 < f <= MAX_TIME_SCALE for f in scales):
+        raise ConfigError(f"need {num_graphs} factors in (0, {MAX_TIME_SCALE:g}] (one per graph, in order), "
+                          f"got {scales}", field="workload.time_scales")
     return scales
 
 

@@ -94,7 +94,7 @@ SIM_KEYS: dict[str, Rule] = {
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),
     "workload.weights": Rule(list[float] | None, low=0.0, non_empty=True),
-    "workload.time_scales": Rule(list[float] | None, low=0.0, low_open=True, non_empty=True),
+    "workload.time_scales": Rule(list[float] | None, low=0.0, low_open=True, high=1e6, non_empty=True),
 }
 
 #: Sections that are plug-ins (instantiated from ``_target_``), per command.

@@ -478,12 +478,13 @@ def test_size_spread_resizes_some_broad_mixes_and_leaves_every_other_draw_alone(
                                 spread_rng=np.random.default_rng([2, i, 1]))
         assert not any(o.startswith("workload.time_scales=") for o in over)
     # The resized mix simulates: its graphs' step times are the factors times the originals'.
-    over = condition_overrides(AdaptiveTrainConfig(core_frac=0.5, size_spread_frac=1.0),
-                               next(i for i in range(300) if len(condition_overrides(
-                                   AdaptiveTrainConfig(core_frac=0.5, size_spread_frac=1.0), i)) > 10))
+    always = AdaptiveTrainConfig(core_frac=0.5, size_spread_frac=1.0)
+    over = next(o for o in (condition_overrides(always, i) for i in range(300))
+                if any(x.startswith("workload.time_scales=") for x in o))
+    (extra,) = [o for o in over if o.startswith("workload.time_scales=")]
     cfg = compose_sim_config([*over, "progress=false"])
-    plain = compose_sim_config([*[o for o in over if not o.startswith("workload.time_scales=")], "progress=false"])
-    scales = [float(x) for x in over[-1].split("=", 1)[1].strip("[]").split(",")]
+    plain = compose_sim_config([*[o for o in over if o != extra], "progress=false"])
+    scales = [float(x) for x in extra.split("=", 1)[1].strip("[]").split(",")]
     from simulator.build import build_workload
 
     got = build_workload(cfg).training_graphs
