@@ -677,6 +677,10 @@ class AdaptivePolicy:
                             ("shadow_all_above_servers", shadow_all_above_servers)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"must be an integer >= 1 or null, got {value!r}", field=f"policy.{name}")
+        if (shadow_max_servers is not None and shadow_all_above_servers is not None
+                and shadow_max_servers <= shadow_all_above_servers):  # no cluster would ever shadow every rule
+            raise ConfigError(f"must be below policy.shadow_max_servers ({shadow_max_servers}) or null, got "
+                              f"{shadow_all_above_servers}", field="policy.shadow_all_above_servers")
         self.shadow_max_servers = shadow_max_servers
         self.shadow_all_above_servers = shadow_all_above_servers
         for name, value in (("shadow_novelty", shadow_novelty), ("shadow_familiar_z", shadow_familiar_z)):

@@ -432,6 +432,10 @@ def test_shadow_options_are_checked() -> None:
                      ("window_margin", -0.1), ("window_margin", float("nan"))):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
+    # Every-rule shadows above a threshold at or beyond the size limit of shadowing would never apply.
+    with pytest.raises(ConfigError, match="shadow_all_above_servers.*below policy.shadow_max_servers"):
+        AdaptivePolicy(weights=SelectorWeights([]), shadow_max_servers=256, shadow_all_above_servers=256)
+    AdaptivePolicy(weights=SelectorWeights([]), shadow_max_servers=512, shadow_all_above_servers=256)
 
 
 def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_old_draws() -> None:
