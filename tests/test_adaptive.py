@@ -402,6 +402,33 @@ def test_shadows_keep_off_familiar_conditions_unless_the_evidence_is_stronger() 
         assert _run(policy, cfg) == expected
 
 
+def test_a_novel_condition_may_take_its_own_shadow_margin() -> None:
+    """``policy.shadow_novel_margin``: the margin on conditions that are not familiar; familiar ones
+    keep ``shadow_margin`` (with ``shadow_familiar_z`` the shadows' own z, exactly as without the option)."""
+    cfg = compose_sim_config(PAPER_D)
+    topo = build_topology(cfg)
+
+    def first_switch(novelty: float, **options) -> tuple[int, tuple[float, list[int]]]:
+        policy = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, novelty), shadow_rules=8, shadow_margin=30,
+                                shadow_novelty=0.4, shadow_familiar_z=1.0, **options)
+        result = _run(policy, cfg)
+        return next((i for i, c in enumerate(policy.chosen) if c != "para_max(16)"), len(policy.chosen)), result
+
+    base_at, base = first_switch(0.9)  # novel, no novel margin: shadow_margin
+    assert first_switch(0.9, shadow_novel_margin=30) == (base_at, base)
+    assert first_switch(0.1, shadow_novel_margin=0) == (base_at, base)  # familiar: shadow_margin stands
+    sooner_at, sooner = first_switch(0.9, shadow_novel_margin=10)
+    later_at, _ = first_switch(0.9, shadow_novel_margin=60)
+    assert 64 <= sooner_at < base_at < later_at and sooner != base  # after the warm-up (64 jobs)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match="shadow_novel_margin"):
+            AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_novelty=0.4, shadow_novel_margin=bad)
+    # Without shadow_novelty no condition is novel: shadow_margin everywhere.
+    plain = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_rules=8, shadow_margin=30,
+                           shadow_novel_margin=10)
+    assert _run(plain, cfg) == base
+
+
 def test_novelty_is_the_scaled_distance_to_the_nearest_training_condition(tmp_path) -> None:
     rng = np.random.default_rng(3)
     ref = rng.normal(size=(50, CONDITION_FEATURES)).astype(np.float32)
@@ -868,7 +895,7 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
 #: physical scenario's family, ``physical_adaptive_knn``).
 MLP_SETTINGS = ["policy.checkpoint=paper_adaptive", "policy.hold_until_window=false",
                 "policy.lookup_after_window=false", "policy.selector_margin=0.0", "policy.shadow_margin=3",
-                "policy.block_search=0", "policy.condition_critics=null"]
+                "policy.block_search=0", "policy.condition_critics=null", "policy.shadow_novelty=null"]
 
 
 @pytest.mark.parametrize(("name", "cluster"), [("paper_adaptive", "ramp32"), ("paper_adaptive", "ramp512"),
@@ -896,6 +923,9 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search,
             policy.shadow_blocks, policy.horizon_guard, policy.feasible_fallback) == (
                 (True, 0.01, 10, 64, True, True, True) if knn else (False, 0.0, 3, 0, True, True, True))
+    # Novel conditions (mean novelty above 0.45) take shadow margin 3; familiar ones keep the shadows' z.
+    assert (policy.shadow_novelty, policy.shadow_familiar_z, policy.shadow_novel_margin) == (
+        (0.45, policy.shadow_z, 3) if knn else (None, policy.shadow_z, 3))  # paper_adaptive holds no reference
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
