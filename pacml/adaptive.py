@@ -550,6 +550,10 @@ class AdaptivePolicy:
         shadow_novel_margin: With ``shadow_novelty`` set, the fewest blocked jobs by which a shadow
             must lead on a condition that is not familiar (``None``: ``shadow_margin`` there too;
             without ``shadow_novelty`` no condition is told apart, and this has no effect).
+        shadow_count_from_warmup: Count the shadows' blocked jobs (and the paired test's discordant
+            jobs) only from the end of the warm-up. While the cluster fills, rules of small
+            degrees block fewer jobs than they will once it is full; counted, that lead can carry
+            a switch just after the warm-up.
             The margin is the evidence the shadows need against the selector's prior, and far from
             its training data that prior is worth less: on the unseen graphs a shadow of the best
             rule leads the selector's pick by about 6.5 jobs per 100, so a margin of 10 costs some
@@ -597,7 +601,8 @@ class AdaptivePolicy:
                  shadow_all_above_servers: int | None = None, selector_memory: int = 1,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
-                 shadow_novel_margin: int | None = None, lookup_after_window: bool = False, hold_until_window: bool = False,
+                 shadow_novel_margin: int | None = None, shadow_count_from_warmup: bool = False,
+                 lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
                  block_search: int = 0, shadow_blocks: bool = False,
                  window_margin: float | None = None, horizon_guard: bool = False,
@@ -704,6 +709,11 @@ class AdaptivePolicy:
         self.shadow_novelty = shadow_novelty
         self.shadow_familiar_z = shadow_familiar_z
         self.shadow_novel_margin = shadow_novel_margin
+        if not isinstance(shadow_count_from_warmup, bool):
+            raise ConfigError(f"must be true or false, got {shadow_count_from_warmup!r}",
+                              field="policy.shadow_count_from_warmup")
+        self.shadow_count_from_warmup = shadow_count_from_warmup
+        self._blocked_base: list[int] = []
         #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
         self.novelty = 0.0
         self._novelty_n = 0
@@ -770,6 +780,7 @@ class AdaptivePolicy:
         self.shadows = []
         self._following = None
         self._discordant = np.zeros((0, 0), dtype=np.int64)
+        self._blocked_base = []
         self.warmup_jobs = self.shadow_warmup
 
     def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
@@ -841,6 +852,12 @@ class AdaptivePolicy:
             self.novelty += (novelty - self.novelty) / self._novelty_n
         return self.novelty <= self.shadow_novelty
 
+    def _counted(self, i: int) -> int:
+        """Jobs shadow ``i`` blocked that count as evidence (with ``shadow_count_from_warmup``, those
+        after the warm-up)."""
+        base = self._blocked_base[i] if self._blocked_base else 0
+        return self.shadows[i].blocked - base
+
     def _leads(self, a: int, b: int, familiar: bool = False) -> bool:
         """Whether shadow ``a`` has blocked clearly fewer jobs than shadow ``b`` (indices)."""
         z = self.shadow_familiar_z if familiar else self.shadow_z
@@ -848,7 +865,7 @@ class AdaptivePolicy:
             return False
         novel = self.shadow_novelty is not None and not familiar
         margin = self.shadow_novel_margin if novel and self.shadow_novel_margin is not None else self.shadow_margin
-        gap = self.shadows[b].blocked - self.shadows[a].blocked
+        gap = self._counted(b) - self._counted(a)
         return gap > margin and gap > z * math.sqrt(self._discordant[a, b])
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
@@ -872,8 +889,11 @@ class AdaptivePolicy:
             if flags.any() and not flags.all():
                 self._discordant += flags[:, None] != flags[None, :]
             familiar = self._familiar()  # every job: the novelty is the episode's mean
+            if self.shadow_count_from_warmup and self.shadows[0].decided == self.warmup_jobs:
+                self._blocked_base = [s.blocked for s in self.shadows]
+                self._discordant[:] = 0
             if self.shadows[0].decided > self.warmup_jobs:
-                leader = min(range(len(self.shadows)), key=lambda i: self.shadows[i].blocked)
+                leader = min(range(len(self.shadows)), key=self._counted)
                 current = self._following
                 if current is None:  # an unshadowed pick is followed as is
                     current = next((i for i, s in enumerate(self.shadows) if s.rule == rule), None)
