@@ -48,8 +48,11 @@ def _agent(args: tuple[str, str, int]) -> tuple[str, str, int, float]:
     name, variant, seed = args
     # Composed as pacml-sim composes it, so the checkpoint resolves to the condition's family's agent.
     cfg = compose_sim_config([*get_condition(name).overrides, "policy=pacml_adaptive", "progress=false"])
-    shipped = {k: v for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items() if k != "_target_"}
-    policy = AdaptivePolicy(**{**shipped, **json.loads(variant)})
+    # The variant is merged before interpolations resolve, so '{"shadow_z":2}' also moves
+    # shadow_familiar_z (${.shadow_z}), as policy.shadow_z=2 does in pacml-sim.
+    merged = OmegaConf.merge(cfg.policy, json.loads(variant))
+    knobs = {k: v for k, v in OmegaConf.to_container(merged, resolve=True).items() if k != "_target_"}
+    policy = AdaptivePolicy(**knobs)
     return name, variant, seed, float(build_simulation(cfg, seed=seed).run(policy).summary["blocking_rate"])
 
 

@@ -540,24 +540,26 @@ class AdaptivePolicy:
             replaced by a feasible one the critic predicts blocks more than ``critic_margin``
             fewer jobs. ``None``: the rule's degree always.
         critic_margin: Expected blocked jobs of that margin (``None``: the critic's recorded one).
-        shadow_novelty: The shadows may overrule the selector only while the condition is this far
-            from its training conditions (:meth:`SelectorWeights.novelty`, averaged over the
-            episode's jobs so far). Near its training data the selector is right more often than
+        shadow_novelty: A condition is *familiar* while it is at most this far from the selector's
+            training conditions (:meth:`SelectorWeights.novelty`, averaged over the episode's jobs
+            so far); on familiar conditions ``shadow_familiar_z`` applies, on the others
+            ``shadow_novel_margin``. Near its training data the selector is right more often than
             the shadows, whose evidence starts from an empty cluster; far from it (other
-            scenarios, unseen graphs) the shadows are. ``None``: always (as before the option).
+            scenarios, unseen graphs) the shadows are. ``None``: no condition is told apart.
         shadow_familiar_z: With ``shadow_novelty`` set, the standard deviations by which a shadow
             must lead to overrule the selector on a familiar condition (``None``: it never does).
         shadow_novel_margin: With ``shadow_novelty`` set, the fewest blocked jobs by which a shadow
             must lead on a condition that is not familiar (``None``: ``shadow_margin`` there too;
-            without ``shadow_novelty`` no condition is told apart, and this has no effect).
-        shadow_count_from_warmup: Count the shadows' blocked jobs (and the paired test's discordant
-            jobs) only from the end of the warm-up. While the cluster fills, rules of small
-            degrees block fewer jobs than they will once it is full; counted, that lead can carry
-            a switch just after the warm-up.
-            The margin is the evidence the shadows need against the selector's prior, and far from
+            without ``shadow_novelty`` no condition is told apart, and this has no effect). The
+            margin is the evidence the shadows need against the selector's prior, and far from
             its training data that prior is worth less: on the unseen graphs a shadow of the best
-            rule leads the selector's pick by about 6.5 jobs per 100, so a margin of 10 costs some
-            150 jobs of the wrong rule.
+            rule gains on the selector's pick by about 6.5 jobs per 100, so a margin of 10 costs
+            some 150 jobs of the wrong rule.
+        shadow_count_from_warmup: Count the shadows' blocked jobs (and the paired test's discordant
+            jobs) only after the warm-up's last job. While the cluster fills, rules of small
+            degrees block fewer jobs than they will once it is full; counted, that lead can carry
+            a switch just after the warm-up (off: on validation seeds the fill's evidence was
+            mostly real, BENCHMARKS.md §10).
         lookup_after_window: With a nearest-neighbour selector, the lookup decides only once the
             condition comes from a whole window of arrivals; before that the MLP does. The lookup
             is more accurate on whole-window conditions, but on the first jobs' partial-window

@@ -431,7 +431,7 @@ def test_a_novel_condition_may_take_its_own_shadow_margin() -> None:
 
 def test_shadow_evidence_may_count_from_the_end_of_the_warm_up() -> None:
     """``policy.shadow_count_from_warmup``: the shadows' blocked jobs and the paired test's discordant
-    jobs count from the warm-up's last job on; the first jobs' leads are left out."""
+    jobs count after the warm-up's last job; the first jobs' leads are left out."""
     cfg = compose_sim_config(PAPER_D)
     topo = build_topology(cfg)
     policy = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8, shadow_count_from_warmup=True)
