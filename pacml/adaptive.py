@@ -496,9 +496,11 @@ class AdaptivePolicy:
 
     With ``shadow_rules > 0`` the agent also runs a :class:`ShadowCluster` for each of the
     ``shadow_rules`` rules the selector scores best on the first job (every rule when the cluster
-    offers no more, or has more than ``shadow_all_above_servers`` servers). It follows the selector until, after ``shadow_warmup`` jobs, some shadow has
-    blocked clearly fewer jobs than the shadow of the rule it follows: more than ``shadow_margin``
-    jobs fewer, and ``shadow_z`` standard deviations fewer in a paired (McNemar) test over the
+    offers no more, or has more than ``shadow_all_above_servers`` servers). It follows the
+    selector until, after ``shadow_warmup`` jobs, some shadow has blocked clearly fewer jobs than
+    the shadow of the rule it follows: more than ``shadow_margin`` jobs fewer (with
+    ``shadow_novelty``, ``shadow_novel_margin`` on novel conditions), and ``shadow_z`` standard
+    deviations fewer in a paired (McNemar) test over the
     jobs exactly one of the two blocked (the shadows see the same jobs, so only those differ).
     From then on it follows the shadows' leader, switching again only on the same evidence. The
     selector is a prior learned offline; the shadows are the condition's own evidence, measured
@@ -567,8 +569,9 @@ class AdaptivePolicy:
         lookup_first_above_servers: With ``lookup_after_window``, clusters with more servers than
             this are the exception: the lookup decides from the first job (``None``: no exception).
             On a big cluster without shadows and with first fit the first jobs' rule decides the
-            episode (the racks it fragments stay fragmented), and the MLP has seen few first-window samples of big
-            clusters, while the lookup only asks conditions on the same cluster.
+            episode (the racks it fragments stay fragmented), and the MLP has seen few
+            first-window samples of big clusters, while the lookup only asks conditions on the same
+            cluster.
         block_search: 0: the scenario's placer places the rule's degree; N: the first of the first
             N free blocks of that degree in which the job meets its target
             (:func:`simulator.policies.heuristics.first_feasible_block`).

@@ -22,7 +22,7 @@ from simulator.feasibility import Feasibility
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
 from simulator.records import RecordSink
-from simulator.schema import import_target
+from simulator.schema import MAX_TIME_SCALE, import_target
 from simulator.simulation import Simulation
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology
@@ -106,10 +106,6 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
     comm = RampCommModel(topology, double_bandwidth_division=knobs.comm_quirks,
                          rack_index_only=knobs.comm_quirks)
     return Feasibility(topology, placer, StepModel(partitioner, comm))
-
-
-#: Largest ``workload.time_scales`` factor (a graph a million times slower is a typo, not a workload).
-MAX_TIME_SCALE = 1e6
 
 
 def _time_scales(wl: Any, num_graphs: int) -> list[float] | None:

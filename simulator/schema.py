@@ -70,6 +70,9 @@ def _pos(t: Any = float) -> Rule:
     return Rule(t, low=0.0, low_open=True)
 
 
+#: Largest ``workload.time_scales`` factor (a graph a million times slower is a typo, not a workload).
+MAX_TIME_SCALE = 1e6
+
 #: Keys every simulator-based command has (``conf/sim.yaml``). Group nodes with a ``_target_``
 #: are checked against their class instead.
 SIM_KEYS: dict[str, Rule] = {
@@ -94,7 +97,7 @@ SIM_KEYS: dict[str, Rule] = {
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),
     "workload.weights": Rule(list[float] | None, low=0.0, non_empty=True),
-    "workload.time_scales": Rule(list[float] | None, low=0.0, low_open=True, high=1e6, non_empty=True),
+    "workload.time_scales": Rule(list[float] | None, low=0.0, low_open=True, high=MAX_TIME_SCALE, non_empty=True),
 }
 
 #: Sections that are plug-ins (instantiated from ``_target_``), per command.
