@@ -562,6 +562,12 @@ class AdaptivePolicy:
             degrees block fewer jobs than they will once it is full; counted, that lead can carry
             a switch just after the warm-up (off: on validation seeds the fill's evidence was
             mostly real, BENCHMARKS.md §10).
+        shadow_warmup_scales: The warm-up grows with the cluster on every cluster of more than 32
+            servers, ``shadow_warmup x servers / 32`` jobs, as it does above
+            ``shadow_all_above_servers`` (false: only there). A cluster twice the paper's takes
+            twice the arrivals to fill, and until it is full rules of small degrees lead by
+            blocking little; on the 64-server RAMP those leads carried switches right after a
+            64-job warm-up that the rest of the episode did not repay (BENCHMARKS.md §10).
         lookup_after_window: With a nearest-neighbour selector, the lookup decides only once the
             condition comes from a whole window of arrivals; before that the MLP does. The lookup
             is more accurate on whole-window conditions, but on the first jobs' partial-window
@@ -607,6 +613,7 @@ class AdaptivePolicy:
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  shadow_novel_margin: int | None = None, shadow_count_from_warmup: bool = False,
+                 shadow_warmup_scales: bool = False,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
                  block_search: int = 0, shadow_blocks: bool = False,
@@ -718,6 +725,10 @@ class AdaptivePolicy:
             raise ConfigError(f"must be true or false, got {shadow_count_from_warmup!r}",
                               field="policy.shadow_count_from_warmup")
         self.shadow_count_from_warmup = shadow_count_from_warmup
+        if not isinstance(shadow_warmup_scales, bool):
+            raise ConfigError(f"must be true or false, got {shadow_warmup_scales!r}",
+                              field="policy.shadow_warmup_scales")
+        self.shadow_warmup_scales = shadow_warmup_scales
         self._blocked_base: list[int] = []
         #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
         self.novelty = 0.0
@@ -886,7 +897,8 @@ class AdaptivePolicy:
                 self.shadows = [ShadowCluster(rules[int(i)], state, self.block_search if self.shadow_blocks else 0)
                                 for i in sorted(order)]
                 self._discordant = np.zeros((len(self.shadows), len(self.shadows)), dtype=np.int64)
-                self.warmup_jobs = (math.ceil(self.shadow_warmup * servers / PAPER_SERVERS) if big
+                scaled = big or (self.shadow_warmup_scales and servers > PAPER_SERVERS)
+                self.warmup_jobs = (math.ceil(self.shadow_warmup * servers / PAPER_SERVERS) if scaled
                                 else self.shadow_warmup)
             for shadow in self.shadows:
                 shadow.step(job)

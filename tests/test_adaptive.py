@@ -372,6 +372,31 @@ def test_big_clusters_shadow_every_rule_with_a_warmup_that_grows_with_the_cluste
     assert switched[0] < 128 <= switched[1] < 250
 
 
+def test_the_warm_up_may_grow_with_every_cluster() -> None:
+    """``policy.shadow_warmup_scales``: clusters of more than 32 servers get ``shadow_warmup x
+    servers / 32`` jobs of warm-up with the selector's best shadows (not every rule); 32 servers decide
+    as without it."""
+    cfg = compose_sim_config(PAPER_D)
+    topo = build_topology(cfg)
+    plain = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
+    scaled = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8, shadow_warmup_scales=True)
+    assert _run(scaled, cfg) == plain and scaled.warmup_jobs == 64
+    cfg64 = compose_sim_config(["scenario=paper", "beta=D", "cluster=ramp64", "mean_interarrival_s=500",
+                                "horizon_s=150000", "progress=false"])
+    topo64 = build_topology(cfg64)
+    switched = []
+    for scales in (False, True):
+        policy = AdaptivePolicy(weights=_Prefer("para_max(16)", topo64), shadow_rules=8, shadow_warmup=64,
+                                shadow_warmup_scales=scales)
+        _run(policy, cfg64)
+        assert len(policy.shadows) == 8 and policy.warmup_jobs == (128 if scales else 64)
+        switched.append(next(i for i, c in enumerate(policy.chosen) if c != "para_max(16)"))
+    assert switched[0] < 128 <= switched[1] < 250
+    for bad in (1, "true", None):
+        with pytest.raises(ConfigError, match="shadow_warmup_scales"):
+            AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_warmup_scales=bad)
+
+
 class _PreferAt(_Prefer):
     """A :class:`_Prefer` selector whose every condition lies ``novelty`` from its training data."""
 
@@ -957,11 +982,11 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert result.summary["num_jobs_arrived"] >= 140 and result.summary["blocking_rate"] < 0.75
     assert set(policy.chosen) <= {r.label for r in rule_candidates(topo)}
     # The selector's best 8 rules shadowed on the paper cluster; every rule above
-    # policy.shadow_all_above_servers (256), with the warm-up scaled by servers / 32.
+    # policy.shadow_all_above_servers (256); the warm-up scaled by servers / 32 on every cluster.
     big = topo.num_servers > policy.shadow_all_above_servers
-    assert policy.shadow_max_servers is None and big == (cluster != "ramp32")
+    assert policy.shadow_max_servers is None and big == (cluster != "ramp32") and policy.shadow_warmup_scales
     assert len(policy.shadows) == (len(rule_candidates(topo)) if big else min(8, len(rule_candidates(topo))))
-    assert policy.warmup_jobs == policy.shadow_warmup * (topo.num_servers // 32 if big else 1)
+    assert policy.warmup_jobs == policy.shadow_warmup * topo.num_servers // 32
     assert all(s.decided == len(policy.chosen) for s in policy.shadows)
     assert all(s.block_search == policy.block_search for s in policy.shadows)  # placed as the agent places
 
