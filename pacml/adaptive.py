@@ -1069,6 +1069,50 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
     return over
 
 
+class ClusterConditions:
+    """Random training conditions of :func:`sample_condition` on one cluster shape: the condition
+    sampler of a PPO run over conditions (``pacml-train ppo.random_conditions=true``, the issue's
+    "PPO from scratch" ablation). The draws of :func:`sample_condition` on other clusters are
+    rejected, so the conditions follow the adaptive agent's training distribution given the
+    cluster: loads 0.25x-4x (half of them core conditions at 0.4x-2.5x), fixed and Poisson
+    arrivals, beta A-D, uniform and fixed targets, and mixes of the training graphs.
+
+    Args:
+        cluster: The run's ``cluster`` config (``num_comm_groups``, ``num_racks_per_group``,
+            ``num_servers_per_rack``, ``max_degree``): one of :data:`TRAIN_CLUSTERS`.
+        jobs_per_episode: Arrivals of each episode.
+        core_frac: Share of core conditions, as in the adaptive agent's teacher search.
+    """
+
+    def __init__(self, cluster: Any, jobs_per_episode: int = 500, core_frac: float = 0.5) -> None:
+        from simulator.errors import ConfigError
+
+        try:
+            shape = tuple(int(cluster[k]) for k in ("num_comm_groups", "num_racks_per_group",
+                                                    "num_servers_per_rack", "max_degree"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"a RAMP cluster config is needed for random conditions ({exc})",
+                              field="cluster") from exc
+        if shape not in TRAIN_CLUSTERS:
+            raise ConfigError(f"random conditions are drawn on the adaptive agent's training clusters "
+                              f"{list(TRAIN_CLUSTERS)} (groups, racks, servers per rack, max degree), not {shape}",
+                              field="cluster")
+        if not (isinstance(jobs_per_episode, int) and jobs_per_episode >= 1):
+            raise ConfigError(f"must be an integer >= 1, got {jobs_per_episode!r}", field="ppo.condition_jobs")
+        self.shape = shape
+        self.jobs_per_episode = jobs_per_episode
+        self.core_frac = core_frac
+        self._cluster = [f"cluster.num_comm_groups={shape[0]}", f"cluster.num_racks_per_group={shape[1]}",
+                         f"cluster.num_servers_per_rack={shape[2]}", f"cluster.max_degree={shape[3]}"]
+
+    def __call__(self, rng: np.random.Generator) -> list[str]:
+        """One condition's overrides (the scenario's defaults plus this cluster)."""
+        while True:
+            over = sample_condition(rng, self.jobs_per_episode, self.core_frac)
+            if all(c in over for c in self._cluster):
+                return over
+
+
 def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
                    window: int = WINDOW, block_search: int = 0) -> dict[str, Any]:
     """Every rule of :func:`rule_candidates` on ``seeds`` of one condition.

@@ -44,7 +44,12 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose_sim_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The simulator config (``conf/sim.yaml``) with Hydra overrides, outside a Hydra app."""
+    """The simulator config (``conf/sim.yaml``) with Hydra overrides, inside or outside a Hydra app
+    (inside one, e.g. ``pacml-train`` drawing random conditions, with the app's config search path)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="sim", overrides=list(overrides))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="sim", overrides=list(overrides))
 
@@ -63,13 +68,19 @@ class ClusterEnv(gym.Env[dict, int]):
         placement_candidates: 0: the action is the degree and first-fit places the job.
             ``K > 0``: learned placement; the action picks one of the first ``K`` free blocks of
             a degree and the job is placed inside it (``pacml.features.placement_candidates``).
+        condition_sampler: Draws each training episode's condition (Hydra overrides of the
+            simulator config, on this env's cluster) from the env's RNG, e.g.
+            :class:`pacml.adaptive.ClusterConditions`. ``None``: every episode runs ``sim_config``.
+            An episode reset with ``options={"sim_seed": s}`` (evaluation) runs ``sim_config``
+            unless ``options["condition"]`` names one.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, sim_config: DictConfig | Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
                  mask: MaskKind = "feasible", reward: Callable[[StepOutcome], float] | None = None,
-                 share_with: ClusterEnv | None = None, placement_candidates: int = 0) -> None:
+                 share_with: ClusterEnv | None = None, placement_candidates: int = 0,
+                 condition_sampler: Callable[[np.random.Generator], Sequence[str]] | None = None) -> None:
         super().__init__()
         if sim_config is None:
             sim_config = compose_sim_config(overrides)
@@ -100,6 +111,9 @@ class ClusterEnv(gym.Env[dict, int]):
             "actions": spaces.Box(-1.0, 10.0, (n_actions, self.encoder.num_action_features), np.float32),
             "action_mask": spaces.MultiBinary(n_actions),
         })
+        self.condition_sampler = condition_sampler
+        #: Overrides of the current episode's condition (``None``: ``sim_config`` itself).
+        self.episode_condition: list[str] | None = None
         self.sim: Simulation | None = None
         self._job: JobSpec | None = None
         self._obs: dict[str, Any] | None = None
@@ -110,18 +124,28 @@ class ClusterEnv(gym.Env[dict, int]):
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
-        """Start an episode; ``options={"sim_seed": s}`` fixes the simulation seed (evaluation)."""
+        """Start an episode; ``options={"sim_seed": s}`` fixes the simulation seed (evaluation),
+        ``options={"condition": overrides}`` the condition (with a ``condition_sampler``)."""
         super().reset(seed=seed)
         options = options or {}
+        condition = options.get("condition")
+        if condition is None and self.condition_sampler is not None and "sim_seed" not in options:
+            condition = list(self.condition_sampler(self.np_random))
         if "sim_seed" in options:
             sim_seed = int(options["sim_seed"])
         else:
             sim_seed = int(self.np_random.integers(TRAIN_SEED_LOW, 2**31 - 1))
         self.episode_seed = sim_seed
+        self.episode_condition = None if condition is None else list(condition)
         self.episode_actions = []
         self.episode_return = 0.0
-        self.sim = build_simulation(self.sim_config, seed=sim_seed, feasibility=self.feasibility,
-                                    workload=self.workload)
+        if condition is None:
+            cfg, workload = self.sim_config, self.workload
+        else:
+            # Same cluster (the sampler's promise), so the feasibility caches carry over.
+            cfg = compose_sim_config([*condition, "progress=false"])
+            workload = build_workload(cfg)
+        self.sim = build_simulation(cfg, seed=sim_seed, feasibility=self.feasibility, workload=workload)
         self._job = self.sim.next_job()
         if self._job is None:
             raise RuntimeError("the episode has no arrivals (check horizon_s and the arrival process)")
@@ -194,14 +218,15 @@ class ClusterEnv(gym.Env[dict, int]):
         return {"graph_key": self._job.graph.fingerprint, "job_id": self._job.job_id, "model": self._job.model}
 
     def snapshot(self) -> dict[str, Any]:
-        """Enough to rebuild this env's exact state: episode seed, actions so far, RNG state."""
+        """Enough to rebuild this env's exact state: episode seed and condition, actions so far,
+        RNG state."""
         return {"episode_seed": self.episode_seed, "actions": list(self.episode_actions),
-                "np_random": self.np_random.bit_generator.state}
+                "np_random": self.np_random.bit_generator.state, "condition": self.episode_condition}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Rebuild the state of :meth:`snapshot` by replaying the episode (the simulator is
         deterministic given its seed and the actions)."""
-        self.reset(options={"sim_seed": snap["episode_seed"]})
+        self.reset(options={"sim_seed": snap["episode_seed"], "condition": snap.get("condition")})
         for action in snap["actions"]:
             _, _, terminated, _, _ = self.step(action)
             if terminated:

@@ -39,12 +39,12 @@ from torch.distributions import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from pacml.env import ClusterEnv
+from pacml.env import ClusterEnv, compose_sim_config
 from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
 from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, write_checkpoint, write_metrics_csv
-from simulator.build import build_simulation
+from simulator.build import build_simulation, build_workload
 from simulator.errors import ConfigError
 from simulator.policies.heuristics import MinFeasible
 from workloads.io import atomic_write_text
@@ -130,6 +130,15 @@ class PPOConfig:
     """Updates between validation runs."""
     eval_seeds: list[int] = field(default_factory=lambda: [500_000, 500_001])
     """Simulation seeds of the validation episodes (greedy policy); best = lowest blocking."""
+    random_conditions: bool = False
+    """Each training episode draws its condition on the run's cluster from the adaptive agent's
+    training distribution (:class:`pacml.adaptive.ClusterConditions`: load, arrivals, targets, graph
+    mix); validation runs ``eval_seeds`` on each of ``val_conditions`` such draws. False: every
+    episode is the run's own config."""
+    condition_jobs: int = 500
+    """With ``random_conditions``, arrivals per episode."""
+    val_conditions: int = 6
+    """With ``random_conditions``, conditions drawn once (from the run's seed) for validation."""
     seed: int = 0
     """Seed of parameters, sampling and environment episode seeds."""
     torch_threads: int = 1
@@ -207,10 +216,21 @@ class Trainer:
         torch.manual_seed(ppo.seed)
         self.rng = np.random.default_rng(ppo.seed)
         reward = reward if reward is not None else JobAcceptance()
+        sampler = None
+        #: Validation conditions (overrides; ``[None]``: the run's own config).
+        self.val_conditions: list[list[str] | None] = [None]
+        if ppo.random_conditions:
+            from pacml.adaptive import ClusterConditions
+
+            sampler = ClusterConditions(sim_config.cluster, ppo.condition_jobs)
+            if not (isinstance(ppo.val_conditions, int) and ppo.val_conditions >= 1):
+                raise ConfigError(f"must be an integer >= 1, got {ppo.val_conditions!r}", field="ppo.val_conditions")
+            val_rng = np.random.default_rng([ppo.seed, 7919])
+            self.val_conditions = [sampler(val_rng) for _ in range(ppo.val_conditions)]
         first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward,  # type: ignore[arg-type]
-                           placement_candidates=ppo.placement_candidates)
+                           placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
         self.envs = [first] + [ClusterEnv(sim_config, mask=ppo.mask, reward=reward, share_with=first,  # type: ignore[arg-type]
-                                          placement_candidates=ppo.placement_candidates)
+                                          placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
                                for _ in range(ppo.num_envs - 1)]
         self.model = ActorCritic(hidden_channels=ppo.hidden_channels, num_layers=ppo.num_layers,
                                  action_features=first.encoder.num_action_features)
@@ -418,11 +438,17 @@ class Trainer:
             policy = PacMLPolicy(model=self.model, encoder=self.envs[0].encoder)
         env = self.envs[0]
         rates, thr = [], []
+        setups = []
+        for condition in self.val_conditions:
+            if condition is None:
+                setups.append((self.sim_config, env.workload))
+            else:
+                cfg = compose_sim_config([*condition, "progress=false"])
+                setups.append((cfg, build_workload(cfg)))
         self.model.eval()
         try:
-            for seed in seeds:
-                sim = build_simulation(self.sim_config, seed=seed, feasibility=env.feasibility,
-                                       workload=env.workload)
+            for sim_config, workload, seed in [(c, w, seed) for c, w in setups for seed in seeds]:
+                sim = build_simulation(sim_config, seed=seed, feasibility=env.feasibility, workload=workload)
                 bind = getattr(policy, "bind", None)
                 if callable(bind):
                     bind(sim.workload)
@@ -613,6 +639,11 @@ class Trainer:
             # Graph ids must map to the same graphs as before (rollout buffers refer to them).
             graph_ids, graph_list = {}, []
             by_key = {g.fingerprint: g for g in self.envs[0].workload.training_graphs}
+            if self.cfg.random_conditions:  # episodes drew mixes of every training graph
+                from pacml.adaptive import TRAIN_GRAPHS
+
+                every = build_workload(compose_sim_config([f"workload.graphs=[{','.join(TRAIN_GRAPHS)}]"]))
+                by_key |= {g.fingerprint: g for g in every.training_graphs}
             for key in state["graph_keys"]:
                 graph_ids[key] = len(graph_list)
                 graph_list.append(graph_data(self.envs[0].encoder.graph(by_key[key])))
