@@ -556,3 +556,69 @@ def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
         assert build_simulation(cfg, seed=0).run(free).summary["blocking_rate"] == one["blocking_rate"]
     finally:
         torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------- PPO over random conditions
+def test_cluster_conditions_stay_on_the_run_cluster() -> None:
+    from pacml.adaptive import ClusterConditions
+    from simulator.errors import ConfigError
+
+    cluster = compose_sim_config(SHORT).cluster
+    sampler = ClusterConditions(cluster, jobs_per_episode=40)
+    draws = [sampler(np.random.default_rng([1, i])) for i in range(12)]
+    assert draws == [sampler(np.random.default_rng([1, i])) for i in range(12)]  # a function of the RNG
+    for over in draws:
+        assert {"cluster.num_comm_groups=4", "cluster.num_racks_per_group=4", "cluster.num_servers_per_rack=2",
+                "cluster.max_degree=16"} <= set(over)
+    assert len({tuple(d) for d in draws}) == 12  # loads, targets and mixes differ
+    other = compose_sim_config([*SHORT, "cluster.num_servers_per_rack=3"]).cluster
+    with pytest.raises(ConfigError, match="training clusters"):
+        ClusterConditions(other)
+
+
+def test_env_draws_each_episode_condition_and_replays_it(short_config) -> None:
+    from pacml.adaptive import ClusterConditions
+
+    sampler = ClusterConditions(short_config.cluster, jobs_per_episode=25)
+
+    def start(seed: int) -> ClusterEnv:
+        env = ClusterEnv(short_config, condition_sampler=sampler)
+        env.reset(seed=seed)
+        return env
+
+    a, b = start(11), start(11)
+    assert a.episode_condition is not None and a.episode_condition == b.episode_condition
+    for _ in range(5):
+        a.step(int(np.flatnonzero(a.action_masks())[-1]))
+    snap = a.snapshot()
+    c = ClusterEnv(short_config, condition_sampler=sampler)
+    c.restore(snap)
+    assert c.episode_condition == a.episode_condition and c.current_job.job_id == a.current_job.job_id
+    np.testing.assert_array_equal(c.raw_observation["globals"], a.raw_observation["globals"])
+    # A later episode draws another condition; an evaluation reset (a fixed seed) runs the run's own config.
+    first = a.episode_condition
+    a.reset()
+    assert a.episode_condition != first
+    a.reset(options={"sim_seed": 7})
+    assert a.episode_condition is None
+
+
+def test_ppo_over_random_conditions_validates_on_fixed_draws_and_resumes_exactly(short_config, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    kw = {"random_conditions": True, "condition_jobs": 12, "val_conditions": 2}
+    straight = Trainer(short_config, _tiny_ppo(total_steps=32, **kw), tmp_path / "a")
+    assert len(straight.val_conditions) == 2 and all(c is not None for c in straight.val_conditions)
+    straight.train(progress=False)
+    shutil.copy(tmp_path / "a" / "checkpoint.pt", tmp_path / "after_one.pt")
+    straight.cfg.total_steps = 64
+    straight.train(progress=False)
+    resumed = Trainer(short_config, _tiny_ppo(total_steps=64, **kw), tmp_path / "b")
+    assert resumed.val_conditions == straight.val_conditions  # drawn from the run's seed
+    resumed.load_checkpoint(tmp_path / "after_one.pt")
+    resumed.train(progress=False)
+    for (name, x), y in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+    # Episodes of 12 arrivals end inside each 16-step rollout: conditions were drawn and replayed.
+    assert straight.episodes and straight.history[-1]["losses/policy_loss"] == resumed.history[-1]["losses/policy_loss"]
+    val = straight.evaluate([7])
+    assert val is not None and 0.0 <= val["blocking_rate"] <= 1.0
