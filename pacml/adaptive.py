@@ -520,8 +520,8 @@ class AdaptivePolicy:
             cluster has reached after the warm-up (fragmentation) decides, and that misleads.
         shadow_all_above_servers: Clusters with more servers than this (and at most
             ``shadow_max_servers``) shadow every rule they offer, and the warm-up grows with the
-            cluster: ``shadow_warmup x servers / 32`` jobs (``None``: the same shadows and warm-up on
-            every cluster). At the paper's load per server a cluster N times the paper's 32 servers
+            cluster: ``shadow_warmup x servers / 32`` jobs (``None``: the selector's best shadows on
+            every cluster, and the warm-up as ``shadow_warmup_scales`` says). At the paper's load per server a cluster N times the paper's 32 servers
             takes N times the arrivals to fill, and the selector's labels there come from training
             episodes that ended before it filled, so its best-scored rules need not include the
             best one (on 512 servers its best 8 leave out ``min_feasible(8)``). Placed in blocks, a
@@ -1074,17 +1074,22 @@ class ClusterConditions:
     sampler of a PPO run over conditions (``pacml-train ppo.random_conditions=true``, the issue's
     "PPO from scratch" ablation). The draws of :func:`sample_condition` on other clusters are
     rejected, so the conditions follow the adaptive agent's training distribution given the
-    cluster: loads 0.25x-4x (half of them core conditions at 0.4x-2.5x), fixed and Poisson
-    arrivals, beta A-D, uniform and fixed targets, and mixes of the training graphs.
+    cluster: loads 0.25x-4x, fixed and Poisson arrivals, beta A-D, uniform and fixed targets, and
+    mixes of the training graphs. Core conditions (0.4x-2.5x the paper's load) are drawn on the
+    paper's RAMP only, so there they are about three quarters of the draws (with
+    ``core_frac=0.5``), elsewhere none. A condition replaces the run's own settings except the
+    cluster (its scenario family's defaults plus the condition's overrides).
 
     Args:
         cluster: The run's ``cluster`` config (``num_comm_groups``, ``num_racks_per_group``,
             ``num_servers_per_rack``, ``max_degree``): one of :data:`TRAIN_CLUSTERS`.
         jobs_per_episode: Arrivals of each episode.
         core_frac: Share of core conditions, as in the adaptive agent's teacher search.
+        scenario: The scenario family (``paper`` or ``physical``), as :func:`sample_condition`.
     """
 
-    def __init__(self, cluster: Any, jobs_per_episode: int = 500, core_frac: float = 0.5) -> None:
+    def __init__(self, cluster: Any, jobs_per_episode: int = 500, core_frac: float = 0.5,
+                 scenario: str = "paper") -> None:
         from simulator.errors import ConfigError
 
         try:
@@ -1097,8 +1102,12 @@ class ClusterConditions:
             raise ConfigError(f"random conditions are drawn on the adaptive agent's training clusters "
                               f"{list(TRAIN_CLUSTERS)} (groups, racks, servers per rack, max degree), not {shape}",
                               field="cluster")
-        if not (isinstance(jobs_per_episode, int) and jobs_per_episode >= 1):
+        if isinstance(jobs_per_episode, bool) or not (isinstance(jobs_per_episode, int) and jobs_per_episode >= 1):
             raise ConfigError(f"must be an integer >= 1, got {jobs_per_episode!r}", field="ppo.condition_jobs")
+        if scenario not in SCENARIO_INTERARRIVAL_S:
+            raise ConfigError(f"random conditions exist for the scenario families {sorted(SCENARIO_INTERARRIVAL_S)}, "
+                              f"not {scenario!r}", field="scenario")
+        self.scenario = scenario
         self.shape = shape
         self.jobs_per_episode = jobs_per_episode
         self.core_frac = core_frac
@@ -1108,7 +1117,7 @@ class ClusterConditions:
     def __call__(self, rng: np.random.Generator) -> list[str]:
         """One condition's overrides (the scenario's defaults plus this cluster)."""
         while True:
-            over = sample_condition(rng, self.jobs_per_episode, self.core_frac)
+            over = sample_condition(rng, self.jobs_per_episode, self.core_frac, self.scenario)
             if all(c in over for c in self._cluster):
                 return over
 

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pacml.features import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
 from pacml.rewards import JobAcceptance, StepOutcome
@@ -44,12 +44,21 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose_sim_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The simulator config (``conf/sim.yaml``) with Hydra overrides, inside or outside a Hydra app
-    (inside one, e.g. ``pacml-train`` drawing random conditions, with the app's config search path)."""
+    """The simulator config (``conf/sim.yaml`` of this package, never a user's ``--config-dir``)
+    with Hydra overrides, inside or outside a Hydra app (``pacml-train`` draws random conditions
+    inside one: there a private config loader leaves the app's global Hydra state alone)."""
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():
-        return compose(config_name="sim", overrides=list(overrides))
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra._internal.utils import create_config_search_path
+        from hydra.types import RunMode
+
+        loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+        cfg = loader.load_configuration("sim", list(overrides), run_mode=RunMode.RUN)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="sim", overrides=list(overrides))
 

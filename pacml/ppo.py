@@ -222,11 +222,20 @@ class Trainer:
         if ppo.random_conditions:
             from pacml.adaptive import ClusterConditions
 
-            sampler = ClusterConditions(sim_config.cluster, ppo.condition_jobs)
-            if not (isinstance(ppo.val_conditions, int) and ppo.val_conditions >= 1):
+            sampler = ClusterConditions(sim_config.cluster, ppo.condition_jobs,
+                                        scenario=str(sim_config.get("scenario_family", "paper")))
+            if isinstance(ppo.val_conditions, bool) or not (isinstance(ppo.val_conditions, int)
+                                                            and ppo.val_conditions >= 1):
                 raise ConfigError(f"must be an integer >= 1, got {ppo.val_conditions!r}", field="ppo.val_conditions")
             val_rng = np.random.default_rng([ppo.seed, 7919])
             self.val_conditions = [sampler(val_rng) for _ in range(ppo.val_conditions)]
+            drawn = compose_sim_config([*self.val_conditions[0], "progress=false"])
+            if OmegaConf.to_container(drawn.cluster, resolve=True) != OmegaConf.to_container(sim_config.cluster,
+                                                                                              resolve=True):
+                # The envs share one feasibility engine: every condition must run on the run's cluster.
+                raise ConfigError("random conditions run on the training clusters as the scenario defines them; "
+                                  "this cluster differs in more than its shape", field="cluster")
+        self._val_setups: list[tuple[Any, Any]] | None = None
         first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward,  # type: ignore[arg-type]
                            placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
         self.envs = [first] + [ClusterEnv(sim_config, mask=ppo.mask, reward=reward, share_with=first,  # type: ignore[arg-type]
@@ -438,13 +447,15 @@ class Trainer:
             policy = PacMLPolicy(model=self.model, encoder=self.envs[0].encoder)
         env = self.envs[0]
         rates, thr = [], []
-        setups = []
-        for condition in self.val_conditions:
-            if condition is None:
-                setups.append((self.sim_config, env.workload))
-            else:
-                cfg = compose_sim_config([*condition, "progress=false"])
-                setups.append((cfg, build_workload(cfg)))
+        if self._val_setups is None:  # built once: every validation runs the same conditions
+            self._val_setups = []
+            for condition in self.val_conditions:
+                if condition is None:
+                    self._val_setups.append((self.sim_config, env.workload))
+                else:
+                    cfg = compose_sim_config([*condition, "progress=false"])
+                    self._val_setups.append((cfg, build_workload(cfg)))
+        setups = self._val_setups
         self.model.eval()
         try:
             for sim_config, workload, seed in [(c, w, seed) for c, w in setups for seed in seeds]:

@@ -52,6 +52,7 @@ PPO_RANGES = {
     "warmstart_candidates": Rule(list[int], low=1, non_empty=True), "warmstart_episodes": _COUNT,
     "warmstart_epochs": _COUNT, "warmstart_lr": _POSITIVE, "checkpoint_every": _COUNT, "eval_every": _COUNT,
     "eval_seeds": Rule(list[int], low=0, non_empty=True), "seed": Rule(int, low=0), "torch_threads": _COUNT,
+    "condition_jobs": _COUNT, "val_conditions": _COUNT,
 }
 #: What ``pacml-train``'s config holds, for the one check before any work (simulator/schema.py).
 COMMAND = HydraCommand(

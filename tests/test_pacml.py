@@ -588,6 +588,11 @@ def test_env_draws_each_episode_condition_and_replays_it(short_config) -> None:
 
     a, b = start(11), start(11)
     assert a.episode_condition is not None and a.episode_condition == b.episode_condition
+    # The episode is the condition's: its horizon (25 arrivals at its gap) and its graph mix.
+    over = dict(o.split("=", 1) for o in a.episode_condition)
+    assert a.sim.horizon_s == pytest.approx(float(over["horizon_s"])) and a.sim.horizon_s != short_config.horizon_s
+    mix = set(over["workload.graphs"].strip("[]").split(","))
+    assert {g.name for g in a.sim.workload.training_graphs} == mix
     for _ in range(5):
         a.step(int(np.flatnonzero(a.action_masks())[-1]))
     snap = a.snapshot()
@@ -600,7 +605,18 @@ def test_env_draws_each_episode_condition_and_replays_it(short_config) -> None:
     a.reset()
     assert a.episode_condition != first
     a.reset(options={"sim_seed": 7})
-    assert a.episode_condition is None
+    assert a.episode_condition is None and a.sim.horizon_s == short_config.horizon_s
+    # A snapshot of a run from before random conditions (no "condition" key) replays the run's config.
+    old = ClusterEnv(short_config)
+    old.reset(seed=4)
+    old.step(int(np.flatnonzero(old.action_masks())[-1]))
+    snap = old.snapshot()
+    del snap["condition"]
+    d = ClusterEnv(short_config, condition_sampler=sampler)
+    d.restore(snap)
+    assert d.episode_condition is None and d.current_job.job_id == old.current_job.job_id
+    assert [ClusterConditions(short_config.cluster, 25, scenario="physical")(np.random.default_rng(i))[0]
+            for i in range(3)] == ["scenario=physical"] * 3
 
 
 def test_ppo_over_random_conditions_validates_on_fixed_draws_and_resumes_exactly(short_config, tmp_path: Path) -> None:
@@ -619,6 +635,30 @@ def test_ppo_over_random_conditions_validates_on_fixed_draws_and_resumes_exactly
     for (name, x), y in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         assert torch.equal(x, y), name
     # Episodes of 12 arrivals end inside each 16-step rollout: conditions were drawn and replayed.
-    assert straight.episodes and straight.history[-1]["losses/policy_loss"] == resumed.history[-1]["losses/policy_loss"]
-    val = straight.evaluate([7])
+    assert len(straight.episodes) >= 2 and all(env.episode_condition is not None for env in straight.envs)
+    assert straight.history[-1]["losses/policy_loss"] == resumed.history[-1]["losses/policy_loss"]
+    import pacml.ppo
+
+    horizons = []
+    real = pacml.ppo.build_simulation
+
+    def counting(cfg, **kw):
+        horizons.append(cfg.horizon_s)
+        return real(cfg, **kw)
+
+    pacml.ppo.build_simulation = counting
+    try:
+        val = straight.evaluate([7, 8])
+    finally:
+        pacml.ppo.build_simulation = real
     assert val is not None and 0.0 <= val["blocking_rate"] <= 1.0
+    want = [float(dict(o.split("=", 1) for o in c)["horizon_s"]) for c in straight.val_conditions]
+    assert horizons == pytest.approx([h for h in want for _ in (7, 8)])  # each condition x each seed
+
+
+def test_random_conditions_need_a_training_cluster(short_config, tmp_path: Path) -> None:
+    from simulator.errors import ConfigError
+
+    hetero = compose_sim_config([*SHORT, "cluster=ramp32_hetero"])
+    with pytest.raises(ConfigError, match="cluster"):
+        Trainer(hetero, _tiny_ppo(random_conditions=True, condition_jobs=12), tmp_path)
