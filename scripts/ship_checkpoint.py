@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -38,7 +39,7 @@ def _float(row: dict[str, str], key: str) -> float:
         return float("nan")
 
 
-def plot_curve(metrics: Path, out: Path, title: str) -> None:
+def plot_curve(metrics: Path, out: Path, title: str, validation: str = "2 fixed seeds") -> None:
     rows = list(csv.DictReader(metrics.open()))
     minutes = [_float(r, "wall_s") / 60 for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
@@ -49,7 +50,7 @@ def plot_curve(metrics: Path, out: Path, title: str) -> None:
     if train:
         ax.plot(*zip(*train, strict=True), color="0.6", lw=1, label="training episodes (sampled actions)")
     if val:
-        ax.plot(*zip(*val, strict=True), "o-", color="C0", ms=3, label="validation (greedy, 2 fixed seeds)")
+        ax.plot(*zip(*val, strict=True), "o-", color="C0", ms=3, label=f"validation (greedy, {validation})")
     teacher = _float(rows[0], "warmstart/teacher_val_blocking_rate") if rows else float("nan")
     if teacher == teacher:
         k = int(_float(rows[0], "warmstart/teacher_min_degree"))
@@ -116,9 +117,13 @@ def main() -> None:
         shutil.copy2(args.run_dir / name, dest / name)
     record_teacher(dest / "policy.pt", dest / "metrics.csv")
     summary = json.loads((args.run_dir / "train_summary.json").read_text())
+    ppo = (yaml.safe_load((args.run_dir / "train_config.yaml").read_text()) or {}).get("ppo", {})
+    seeds = len(ppo.get("eval_seeds", [0, 0]))
+    validation = (f"{ppo.get('val_conditions')} random conditions x {seeds} seeds" if ppo.get("random_conditions")
+                  else f"{seeds} fixed seeds")
     plot_curve(dest / "metrics.csv", dest / "training_curve.png",
                f"PAC-ML training, {args.name} ({summary['global_step']:,} decisions, "
-               f"{summary['wall_s'] / 60:.0f} min)")
+               f"{summary['wall_s'] / 60:.0f} min)", validation)
     print(f"shipped {args.run_dir} -> {dest}")
 
 

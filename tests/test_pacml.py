@@ -367,7 +367,25 @@ def test_every_shipped_checkpoint_is_tested() -> None:
 
     # placers/: the learned op placers, tested in tests/test_learned_placer.py.
     assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and p.name != "placers") == sorted(
-        [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS + ["paper_adaptive", "paper_adaptive_knn", "physical_adaptive_knn"])  # tests/test_adaptive.py
+        [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS + ["paper_conditions_scratch"]
+        + ["paper_adaptive", "paper_adaptive_knn", "physical_adaptive_knn"])  # tests/test_adaptive.py
+
+
+def test_shipped_ppo_from_scratch_over_conditions_loads_and_acts() -> None:
+    """The item-5 ablation's agent (PPO from scratch over random conditions, BENCHMARKS.md §10)
+    holds its record and decides a short episode of another beta and load."""
+    from pacml.policy import SHIPPED_DIR
+
+    folder = SHIPPED_DIR / "paper_conditions_scratch"
+    for file in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json", "training_curve.png"):
+        assert (folder / file).is_file(), file
+    policy = PacMLPolicy("paper_conditions_scratch")
+    assert policy.meta["ppo"]["random_conditions"] and policy.meta["ppo"]["warmstart"] is None
+    assert policy.teacher_min_degree is None
+    cfg = compose_sim_config(["scenario=paper", "beta=B", "mean_interarrival_s=700", "horizon_s=5e4"])
+    result = build_simulation(cfg, seed=0).run(policy)
+    assert result.summary["num_jobs_arrived"] >= 50 and {r.degree for r in result.records if r.started} <= {
+        1, 2, 4, 6, 8, 16}
 
 
 SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
