@@ -230,11 +230,19 @@ class Trainer:
             val_rng = np.random.default_rng([ppo.seed, 7919])
             self.val_conditions = [sampler(val_rng) for _ in range(ppo.val_conditions)]
             drawn = compose_sim_config([*self.val_conditions[0], "progress=false"])
-            if OmegaConf.to_container(drawn.cluster, resolve=True) != OmegaConf.to_container(sim_config.cluster,
-                                                                                              resolve=True):
+            want = OmegaConf.to_container(drawn.cluster, resolve=True)
+            have = OmegaConf.to_container(sim_config.cluster, resolve=True)
+            if want != have:
                 # The envs share one feasibility engine: every condition must run on the run's cluster.
-                raise ConfigError("random conditions run on the training clusters as the scenario defines them; "
-                                  "this cluster differs in more than its shape", field="cluster")
+                assert isinstance(want, dict) and isinstance(have, dict)
+                keys = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+                raise ConfigError("random conditions run on the scenario's plain RAMP clusters (e.g. cluster=ramp32, "
+                                  f"ramp64, ramp512); this cluster differs from that RAMP in {', '.join(keys)}",
+                                  field="cluster")
+            log.info("random conditions on this cluster: each episode draws its beta, arrival process, load, "
+                     "graph mix and horizon (%d arrivals), replacing the run's own; validation: %s x seeds %s",
+                     ppo.condition_jobs, "; ".join(" ".join(o for o in c if not o.startswith("cluster."))
+                                                   for c in self.val_conditions), list(ppo.eval_seeds))
         self._val_setups: list[tuple[Any, Any]] | None = None
         first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward,  # type: ignore[arg-type]
                            placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
@@ -834,7 +842,13 @@ class Trainer:
         summary = {"updates": self.update, "global_step": self.global_step, "wall_s": self.elapsed_s,
                    "best_val_blocking_rate": self.best_val, "time_budget_s": cfg.time_budget_s,
                    "stopped_by": stopped_by, "warmstarted": self.warmstarted, "phases_s": phases}
-        atomic_write_text(self.out / "train_summary.json", json.dumps(summary, indent=2) + "\n")
+        # Strict JSON: no validation ran (a budget too short for one) is null, not Infinity.
+        finite = math.isfinite(self.best_val)
+        atomic_write_text(self.out / "train_summary.json",
+                          json.dumps({**summary, "best_val_blocking_rate": self.best_val if finite else None},
+                                     indent=2) + "\n")
+        if not finite:
+            log.warning("no validation ran within the budget: policy.pt is the last policy, not a validated one")
         log.info("stopped by %s after %.1f s (budget %s); phases (s): %s", stopped_by, self.elapsed_s,
                  "none" if cfg.time_budget_s is None else f"{cfg.time_budget_s:g} s",
                  ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
