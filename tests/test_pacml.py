@@ -300,6 +300,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
     assert torch.load(prev, weights_only=False)["update"] == 1
     ckpt.write_bytes(ckpt.read_bytes()[:1000])  # truncated
     resumed = Trainer(short_config, _tiny_ppo(total_steps=64), tmp_path)
+    caplog.clear()  # the first run's own warning (it never validated) is not the resume's
     with caplog.at_level(logging.WARNING, logger="pacml.ppo"):
         assert resumed.resume(tmp_path) == prev
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
