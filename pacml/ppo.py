@@ -39,7 +39,7 @@ from torch.distributions import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from pacml.env import ClusterEnv, compose_sim_config
+from pacml.env import ClusterEnv, compose_condition, compose_sim_config
 from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
@@ -461,7 +461,7 @@ class Trainer:
                 if condition is None:
                     self._val_setups.append((self.sim_config, env.workload))
                 else:
-                    cfg = compose_sim_config([*condition, "progress=false"])
+                    cfg = compose_condition(condition)
                     self._val_setups.append((cfg, build_workload(cfg)))
         setups = self._val_setups
         self.model.eval()

@@ -681,3 +681,22 @@ def test_random_conditions_need_a_training_cluster(short_config, tmp_path: Path)
     hetero = compose_sim_config([*SHORT, "cluster=ramp32_hetero"])
     with pytest.raises(ConfigError, match="cluster"):
         Trainer(hetero, _tiny_ppo(random_conditions=True, condition_jobs=12), tmp_path)
+
+
+def test_compose_condition_is_hydras_composition() -> None:
+    """The cached composition random conditions use gives Hydra's config for every draw (both
+    scenario families, resized graphs, fixed targets), and leaves the cache untouched."""
+    from omegaconf import OmegaConf
+
+    from pacml.adaptive import sample_condition
+    from pacml.env import compose_condition
+
+    for i in range(16):
+        over = sample_condition(np.random.default_rng([9, i]), 300, 0.5, "physical" if i % 4 == 0 else "paper",
+                                size_spread_frac=0.5, spread_rng=np.random.default_rng([10, i]))
+        fast = compose_condition(over)
+        fast.mean_interarrival_s = -1.0  # a caller's edit must not reach the cached groups
+        fast = OmegaConf.to_container(compose_condition(over), resolve=True)
+        assert fast == OmegaConf.to_container(compose_sim_config([*over, "progress=false"]), resolve=True), over
+    with_plus = ["scenario=paper", "+policy.min_degree=4", "policy=min_feasible"]
+    assert compose_condition(with_plus).policy.min_degree == 4  # not a plain change: Hydra composes it
