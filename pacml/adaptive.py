@@ -1010,6 +1010,14 @@ SCENARIO_INTERARRIVAL_S = {"paper": PAPER_INTERARRIVAL_S, "physical": 1.0}
 SIZE_SCALE_RANGE = (0.4, 1.6)
 
 
+def cluster_overrides(shape: tuple[int, int, int, int]) -> list[str]:
+    """Hydra overrides of a RAMP cluster shape of :data:`TRAIN_CLUSTERS` (groups, racks, servers
+    per rack, largest degree), as :func:`sample_condition` writes them."""
+    c, r, s, top = shape
+    return [f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
+            f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}"]
+
+
 def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core_frac: float = 0.0,
                      scenario: str = "paper", jobs_per_server: float = 0.0, size_spread_frac: float = 0.0,
                      spread_rng: np.random.Generator | None = None) -> list[str]:
@@ -1047,8 +1055,7 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
     gap = SCENARIO_INTERARRIVAL_S[scenario] * PAPER_SERVERS / servers * factor
     jobs = max(jobs_per_episode, math.ceil(jobs_per_server * servers))
     beta = f"beta={TRAIN_BETAS[int(rng.choice(len(TRAIN_BETAS), p=TRAIN_BETA_WEIGHTS))]}"
-    over = [f"scenario={scenario}", beta, f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
-            f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}",
+    over = [f"scenario={scenario}", beta, *cluster_overrides((c, r, s, top)),
             f"arrivals={'poisson' if rng.random() < (0.4 if core else 0.5) else 'fixed'}",
             f"mean_interarrival_s={gap:.6g}", f"horizon_s={gap * jobs:.6g}"]
     if beta == "beta=fixed":
@@ -1111,8 +1118,7 @@ class ClusterConditions:
         self.shape = shape
         self.jobs_per_episode = jobs_per_episode
         self.core_frac = core_frac
-        self._cluster = [f"cluster.num_comm_groups={shape[0]}", f"cluster.num_racks_per_group={shape[1]}",
-                         f"cluster.num_servers_per_rack={shape[2]}", f"cluster.max_degree={shape[3]}"]
+        self._cluster = cluster_overrides(shape)
 
     def __call__(self, rng: np.random.Generator) -> list[str]:
         """One condition's overrides (the scenario's defaults plus this cluster)."""

@@ -39,7 +39,7 @@ from torch.distributions import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from pacml.env import ClusterEnv, compose_condition, compose_sim_config
+from pacml.env import ClusterEnv, compose_condition
 from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
@@ -229,7 +229,7 @@ class Trainer:
                 raise ConfigError(f"must be an integer >= 1, got {ppo.val_conditions!r}", field="ppo.val_conditions")
             val_rng = np.random.default_rng([ppo.seed, 7919])
             self.val_conditions = [sampler(val_rng) for _ in range(ppo.val_conditions)]
-            drawn = compose_sim_config([*self.val_conditions[0], "progress=false"])
+            drawn = compose_condition(self.val_conditions[0])
             want = OmegaConf.to_container(drawn.cluster, resolve=True)
             have = OmegaConf.to_container(sim_config.cluster, resolve=True)
             if want != have:
@@ -243,6 +243,7 @@ class Trainer:
                      "graph mix and horizon (%d arrivals), replacing the run's own; validation: %s x seeds %s",
                      ppo.condition_jobs, "; ".join(" ".join(o for o in c if not o.startswith("cluster."))
                                                    for c in self.val_conditions), list(ppo.eval_seeds))
+        self._condition_scenario = sampler.scenario if sampler is not None else None
         self._val_setups: list[tuple[Any, Any]] | None = None
         first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward,  # type: ignore[arg-type]
                            placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
@@ -658,10 +659,11 @@ class Trainer:
             # Graph ids must map to the same graphs as before (rollout buffers refer to them).
             graph_ids, graph_list = {}, []
             by_key = {g.fingerprint: g for g in self.envs[0].workload.training_graphs}
-            if self.cfg.random_conditions:  # episodes drew mixes of every training graph
+            if self._condition_scenario is not None:  # episodes drew mixes of every training graph
                 from pacml.adaptive import TRAIN_GRAPHS
 
-                every = build_workload(compose_sim_config([f"workload.graphs=[{','.join(TRAIN_GRAPHS)}]"]))
+                every = build_workload(compose_condition([f"scenario={self._condition_scenario}",
+                                                          f"workload.graphs=[{','.join(TRAIN_GRAPHS)}]"]))
                 by_key |= {g.fingerprint: g for g in every.training_graphs}
             for key in state["graph_keys"]:
                 graph_ids[key] = len(graph_list)
