@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +44,13 @@ RENAMED_CHECKPOINTS = {f"paper_beta{b}_placement": f"paper_beta{b}_block" for b 
 #: ``policy=pacml`` is the adaptive agent; the per-beta agents (``pacml-train``) are ``policy=pacml_beta``.
 DEGREE_AGENT_FILES = {"policy.pt": ("a per-beta policy", "pacml_beta"),
                       "adaptive.npz": ("an adaptive", "pacml")}
+#: The name the per-condition configs (conf/policy/pacml_beta.yaml, pacml_critic.yaml, ...) give a run
+#: whose beta has no ``name`` (uniform, fixed): ``{family}_beta{UNNAMED_BETA}``, which never exists.
+UNNAMED_BETA = "unnamed"
+#: Per file kind: the shipped-name pattern of the configs' default for the run's condition
+#: (``{scenario_family}_beta{beta.name}``), and the command that trains one for another condition.
+_PER_CONDITION_NAME = {"policy.pt": (r"([a-z]+)_beta(\w+?)", "pacml-train"),
+                       "critic.pt": (r"([a-z]+)_beta(\w+?)_critic", "pacml-distill")}
 
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
@@ -89,6 +97,18 @@ def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
     if found is not None:  # a checkpoint file saved under a name of its own
         return found
     shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob(f"*/{filename}"))) or "none"
+    condition = _PER_CONDITION_NAME.get(filename)
+    match = condition and re.fullmatch(condition[0], str(path))
+    if match:
+        family, beta = match.group(1), match.group(2)
+        what = (f"beta {beta!r}" if beta != UNNAMED_BETA
+                else "a beta without a paper name (A-D; e.g. beta=uniform or beta=fixed)")
+        option = field.rpartition(".")[2]
+        raise ConfigError(
+            f"no shipped {kind} for scenario family {family!r} and {what} ({str(path)!r}), and another "
+            f"condition's was not trained for this one. Shipped: {shipped}. Pick one with "
+            f"policy.{option}=NAME or a run of {condition[1]} (policy.{option}=outputs/<run>); policy=pacml is "
+            "one agent for every beta", field=field)
     raise ConfigError(f"no {kind} checkpoint at {path!r} (shipped: {shipped})", field=field)
 
 
@@ -178,6 +198,13 @@ class PacMLPolicy:
 
         self._embeddings: dict[str, torch.Tensor] = {}
         self._generator = torch.Generator().manual_seed(0)
+
+    @staticmethod
+    def check_config(node: dict[str, Any], topology: Any) -> None:
+        """Preflight (``simulator.build.check_buildable``): the checkpoint file exists (no torch import),
+        so a condition without an agent is refused before any run of a sweep starts."""
+        if node.get("checkpoint") is not None:
+            _resolve(node["checkpoint"], "policy.pt", "policy", "policy.checkpoint")
 
     def reset(self, seed: int | None = None) -> None:
         """Reseed sampling (used only when not deterministic); keep cached embeddings."""

@@ -418,6 +418,38 @@ def test_pacml_beta_policy_config_picks_the_checkpoint_for_the_beta() -> None:
     cfg = compose_sim_config(["policy=pacml_beta", "beta=D"])
     assert cfg.policy.checkpoint == "paper_betaD"
     assert isinstance(build_policy(cfg), PacMLPolicy)
+    physical = compose_sim_config(["policy=pacml_beta", "scenario=physical", "beta=D"])
+    assert physical.policy.checkpoint == "physical_betaD"
+
+
+@pytest.mark.parametrize(("config", "overrides", "name", "field"), [
+    ("pacml_beta", ["beta=uniform"], "paper_betaunnamed", "checkpoint"),
+    ("pacml_beta", ["beta=fixed"], "paper_betaunnamed", "checkpoint"),
+    ("pacml_beta", ["scenario=physical", "beta=A"], "physical_betaA", "checkpoint"),
+    ("pacml_beta", ["beta=pmf"], "paper_betapmf", "checkpoint"),
+    ("pacml_critic", ["scenario=physical", "beta=D"], "physical_betaD_critic", "critic"),
+    ("pacml_critic", ["beta=uniform"], "paper_betaunnamed_critic", "critic"),
+])
+def test_a_per_beta_agent_without_a_checkpoint_for_the_condition_is_refused(
+        config: str, overrides: list[str], name: str, field: str) -> None:
+    """No silent fallback to paper_betaA: the default names the run's own condition, and a condition
+    without a shipped agent is one line naming those that exist and how to pick one."""
+    from simulator.build import build_policy, check_buildable
+    from simulator.errors import ConfigError
+
+    cfg = compose_sim_config([f"policy={config}", *overrides])
+    assert cfg.policy[field] == name
+    with pytest.raises(ConfigError, match=r"^field 'policy\.%s': no shipped \w+ for scenario family" % field) as err:
+        if config == "pacml_beta":
+            check_buildable(cfg)  # preflight: refused before any run of a sweep starts
+        build_policy(cfg)
+    text = str(err.value)
+    assert "\n" not in text and repr(name) in text and f"policy.{field}=NAME" in text
+    assert ("paper_betaA, " in text and "physical_betaD" in text) if field == "checkpoint" else "paper_betaD_critic" in text
+    if "unnamed" in name:
+        assert "a beta without a paper name" in text
+    lookahead = compose_sim_config(["policy=pacml_lookahead", *overrides])
+    assert lookahead.policy.default.checkpoint == name.removesuffix("_critic")
 
 
 def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_its_checkpoints() -> None:
