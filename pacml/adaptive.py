@@ -396,9 +396,15 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     """Read a checkpoint written by :func:`save_adaptive`."""
     import json
 
+    import zipfile
+
     from simulator.errors import ConfigError
 
-    try:
+    try:  # np.load of a file that is no .npz archive would suggest allow_pickle: never for a checkpoint
+        if not zipfile.is_zipfile(path):
+            size = Path(path).stat().st_size
+            raise ValueError("empty file" if size == 0 else
+                             f"not an .npz archive (truncated, damaged or another kind of file; {size} bytes)")
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta"]).decode())
             n = int(meta["num_layers"])
@@ -412,8 +418,18 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
                                             data["nn_rule_counts"].astype(np.int32), int(data["nn_k"]),
                                             data["nn_weights"].astype(np.float32) if "nn_weights" in data.files
                                             else None)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc}", field="policy.checkpoint") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read adaptive checkpoint {path}: {exc.strerror or exc}",
+                          field="policy.checkpoint") from None
+    except KeyError as exc:
+        raise ConfigError(f"cannot read adaptive checkpoint {path}: no array or field {exc}",
+                          field="policy.checkpoint") from None
+    except Exception as exc:  # noqa: BLE001 - zip, zlib, json and numpy raise many types for a damaged archive
+        text = " ".join(str(exc).split())
+        if "allow_pickle" in text:  # an archive member that is not a plain array
+            text = "an array holds Python objects (not loaded)"
+        raise ConfigError(f"cannot read adaptive checkpoint {path}: {text[:200] or type(exc).__name__}",
+                          field="policy.checkpoint") from None
     if meta.get("format") != ADAPTIVE_FORMAT:
         raise ConfigError(f"{path} is not a pacml adaptive checkpoint", field="policy.checkpoint")
     inputs = layers[0][0].shape[1] if layers else 0

@@ -114,13 +114,13 @@ def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
 
 def load_payload(path: str | Path, filename: str, fmt: str, kind: str, field: str) -> dict[str, Any]:
     """Resolve and read a pacml checkpoint file of format ``fmt``; bad input is a ConfigError on ``field``."""
-    file = _resolve(path, filename, kind, field)
-    import torch  # only now: a missing file must not wait for the import
+    from pacml.runfiles import load_torch_file
 
-    try:
-        payload = torch.load(file, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises many types for a corrupt file
-        raise ConfigError(f"cannot read {kind} checkpoint {file}: {exc}", field=field) from None
+    file = _resolve(path, filename, kind, field)
+    try:  # imports torch only now: a missing file must not wait for the import
+        payload = load_torch_file(file, f"{kind} checkpoint")
+    except ValueError as exc:
+        raise ConfigError(str(exc), field=field) from None
     if not isinstance(payload, dict) or payload.get("format") != fmt:
         raise ConfigError(f"{file} is not a pacml {kind} checkpoint", field=field)
     return payload

@@ -43,7 +43,13 @@ from pacml.env import ClusterEnv, compose_condition
 from pacml.model import ActorCritic, graph_data
 from pacml.policy import PacMLPolicy, save_policy
 from pacml.rewards import JobAcceptance
-from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, write_checkpoint, write_metrics_csv
+from pacml.runfiles import (
+    CHECKPOINT,
+    PREVIOUS_CHECKPOINT,
+    load_torch_file,
+    write_checkpoint,
+    write_metrics_csv,
+)
 from simulator.build import build_simulation, build_workload
 from simulator.errors import ConfigError
 from simulator.policies.heuristics import MinFeasible
@@ -642,9 +648,9 @@ class Trainer:
         if not path.is_file():
             raise CheckpointError(f"{path}: no such file")
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # torch/pickle/zip raise many types for a damaged file
-            raise CheckpointError(f"{path}: unreadable ({_first_line(exc)})") from exc
+            state = load_torch_file(path, "training checkpoint")
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from None
         missing = [k for k in ("update", "global_step", "elapsed_s", "best_val", "history", "model", "optimizer",
                                "torch_rng", "np_rng", "envs", "graph_keys")
                    if not isinstance(state, dict) or k not in state]

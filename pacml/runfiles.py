@@ -8,12 +8,13 @@ from __future__ import annotations
 import csv
 import io
 import os
+import pickle
 import shutil
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,6 +32,8 @@ def write_checkpoint(out: Path, state: Mapping[str, Any], *, keep_previous: bool
     existing ``checkpoint.pt`` is first kept as ``checkpoint.prev.pt`` (hard-linked, then renamed,
     so some ``checkpoint.pt`` exists at every instant).
     """
+    import torch  # lazy: torch
+
     buf = io.BytesIO()
     torch.save(dict(state), buf)
     path = out / CHECKPOINT
@@ -72,3 +75,40 @@ def load_run_config(run_dir: Path, prog: str) -> DictConfig:
         problem = " ".join(str(exc).split())  # yaml messages span lines; ours is one
         raise ConfigError(f"cannot read {path}: {problem}", field="resume") from exc
     return saved
+
+
+def _first_sentence(exc: BaseException) -> str:
+    """The first sentence of ``exc``'s message on one line (torch's miniz errors run to a paragraph)."""
+    text = " ".join(str(exc).split())
+    cut = text.find(". ")
+    return (text[:cut] if cut > 0 else text.rstrip("."))[:200] or type(exc).__name__
+
+
+def load_torch_file(path: str | Path, kind: str) -> Any:
+    """Read a checkpoint written with ``torch.save`` without unpickling anything but tensors and plain data.
+
+    Every checkpoint of this project (policy, critic, placer and training checkpoints) is a dict of
+    tensors, numbers, strings, lists and dicts, so ``weights_only`` loading reads them all, and a
+    damaged or foreign file cannot run code.
+
+    Raises:
+        ValueError: one line naming the file and the cause (``cannot read {kind} {path}: ...``).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        archive = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise ValueError(f"cannot read {kind} {path}: {exc.strerror or exc}") from None
+    if not archive:  # torch.save writes a zip archive; a cut one has lost its central directory
+        what = "empty file" if size == 0 else f"not a torch.save archive (truncated, damaged or another kind of file; {size} bytes)"
+        raise ValueError(f"cannot read {kind} {path}: {what}")
+    import torch  # lazy: torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # torch's message would suggest weights_only=False: never for a damaged file
+        raise ValueError(f"cannot read {kind} {path}: it holds objects other than tensors and plain data "
+                         "(no checkpoint of this tool does; not loaded)") from None
+    except Exception as exc:  # noqa: BLE001 - zip, zlib and torch raise many types for a damaged archive
+        raise ValueError(f"cannot read {kind} {path}: damaged archive ({_first_sentence(exc)})") from None

@@ -312,7 +312,8 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
 
     ckpt.write_bytes(b"garbage")
     prev.write_bytes(b"\x00" * 10)
-    with pytest.raises(ConfigError, match=r"^field 'resume': no usable checkpoint: .*checkpoint.pt: unreadable"):
+    with pytest.raises(ConfigError, match=r"^field 'resume': no usable checkpoint: cannot read training checkpoint "
+                                         r".*checkpoint.pt: not a torch.save archive"):
         Trainer(short_config, _tiny_ppo(), tmp_path).resume(tmp_path)
 
 
@@ -732,3 +733,75 @@ def test_compose_condition_is_hydras_composition() -> None:
         assert fast == OmegaConf.to_container(compose_sim_config([*over, "progress=false"]), resolve=True), over
     with_plus = ["scenario=paper", "+policy.min_degree=4", "policy=min_feasible"]
     assert compose_condition(with_plus).policy.min_degree == 4  # not a plain change: Hydra composes it
+
+
+# ------------------------------------------------ damaged checkpoints: file and cause, never "unpickle it"
+class _Foreign:
+    """An object no checkpoint of this project holds (a pickle of it would need the class)."""
+
+
+def _damaged(kind: str, good: Path, dest: Path) -> Path:
+    data = good.read_bytes()
+    if kind == "truncated":
+        dest.write_bytes(data[: len(data) * 3 // 5])
+    elif kind == "random":
+        dest.write_bytes(np.random.default_rng(0).bytes(5000))
+    elif kind == "empty":
+        dest.write_bytes(b"")
+    elif kind == "pickle":  # a plain pickle of a foreign object: loading it would run its class's code
+        import pickle
+
+        dest.write_bytes(pickle.dumps({"format": "x", "obj": _Foreign()}))
+    elif kind == "foreign_torch":  # a valid torch.save archive holding a foreign object
+        torch.save({"format": "pacml-policy", "obj": _Foreign()}, dest)
+    return dest
+
+
+def _loaders():
+    from pacml.adaptive import AdaptivePolicy
+    from pacml.critic import load_critic
+    from pacml.placer.checkpoint import load_placer
+    from pacml.policy import SHIPPED_DIR
+
+    return {
+        "adaptive.npz": (SHIPPED_DIR / "paper_adaptive_knn" / "adaptive.npz",
+                         lambda p: AdaptivePolicy(str(p)), "policy.checkpoint"),
+        "policy.pt": (SHIPPED_DIR / "paper_betaA" / "policy.pt", lambda p: PacMLPolicy(str(p)), "policy.checkpoint"),
+        "critic.pt": (SHIPPED_DIR / "paper_betaD_critic" / "critic.pt", lambda p: load_critic(str(p)), "policy.critic"),
+        "placer.pt": (SHIPPED_DIR / "placers" / "placer_step" / "placer.pt", load_placer, "method.checkpoint"),
+    }
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random", "empty", "pickle", "foreign_torch"])
+@pytest.mark.parametrize("name", ["adaptive.npz", "policy.pt", "critic.pt", "placer.pt"])
+def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_the_cause(tmp_path: Path, name: str, damage: str) -> None:
+    """Every checkpoint loader: a ConfigError on its field naming the file and what is wrong with it, and
+    nothing that advises loading it unsafely (allow_pickle, weights_only=False, pickle.load)."""
+    from simulator.errors import ConfigError
+
+    good, load, field = _loaders()[name]
+    bad = _damaged(damage, good, tmp_path / name)
+    with pytest.raises(ConfigError) as err:
+        load(bad)
+    text = str(err.value)
+    assert err.value.field == field and "\n" not in text and str(bad) in text, text
+    for advice in ("allow_pickle", "weights_only", "pickle.load", "unsafe", "trust"):
+        assert advice not in text, text
+    if damage in ("truncated", "random", "pickle"):
+        assert "truncated, damaged or another kind of file" in text, text
+    elif damage == "empty":
+        assert text.endswith(": empty file"), text
+    elif name.endswith(".pt"):
+        assert "objects other than tensors and plain data" in text, text
+
+
+def test_a_damaged_training_checkpoint_names_the_file_and_the_cause(short_config, tmp_path: Path) -> None:
+    from pacml.ppo import CheckpointError
+
+    trainer = Trainer(short_config, _tiny_ppo(total_steps=32), tmp_path)
+    trainer.train(progress=False)
+    assert trainer.load_checkpoint(tmp_path / "checkpoint.pt") is None  # weights-only loading reads a real one
+    bad = _damaged("random", tmp_path / "checkpoint.pt", tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=rf"^cannot read training checkpoint {re.escape(str(bad))}: not a "
+                                              r"torch.save archive \(truncated"):
+        trainer.load_checkpoint(bad)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from pacml.placer.model import NetConfig, PlacerNet
+from pacml.runfiles import load_torch_file
 from simulator.errors import ConfigError
 from workloads.io import atomic_write
 
@@ -52,9 +53,9 @@ def load_placer(path: str | Path, *, field: str = "method.checkpoint") -> tuple[
     """Load a placer written by :func:`save_placer`; bad files are one-line config errors."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch/pickle/zip raise many types for a damaged file
-        raise ConfigError(f"{path}: unreadable placer ({' '.join(str(exc).split())[:160]})", field=field) from None
+        state = load_torch_file(path, "placer")
+    except ValueError as exc:
+        raise ConfigError(str(exc), field=field) from None
     if not isinstance(state, dict) or state.get("format") != PLACER_FORMAT:
         raise ConfigError(f"{path}: not a pacml placer (written by pacml-train-placer as placer.pt)", field=field)
     try:

@@ -38,7 +38,13 @@ from pacml.placer.ppo import (
     greedy_value,
     ppo_update,
 )
-from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, write_checkpoint, write_metrics_csv
+from pacml.runfiles import (
+    CHECKPOINT,
+    PREVIOUS_CHECKPOINT,
+    load_torch_file,
+    write_checkpoint,
+    write_metrics_csv,
+)
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet
 from simulator.place.objectives import bind_objective
@@ -298,7 +304,7 @@ class PlacerTrainer:
                 problems.append(f"{path}: no such file")
                 continue
             try:
-                state = torch.load(path, map_location="cpu", weights_only=False)
+                state = load_torch_file(path, "training checkpoint")
                 if not isinstance(state, dict) or state.get("format") != "pacml-train-placer":
                     raise ValueError("not a pacml-train-placer checkpoint")
                 if [tuple(k) for k in state["keys"]] != self.keys:
@@ -308,7 +314,8 @@ class PlacerTrainer:
                 torch.set_rng_state(state["torch_rng"])
                 self.rng.bit_generator.state = state["np_rng"]
             except Exception as exc:  # torch/pickle raise many types for a damaged file
-                problems.append(f"{path}: {' '.join(str(exc).split())[:200]}")
+                text = " ".join(str(exc).split())[:200]
+                problems.append(text if text.startswith("cannot read") else f"{path}: {text}")
                 continue
             self.update, self.evaluations = state["update"], state["evaluations"]
             self.elapsed_s, self.best_val, self.history = state["elapsed_s"], state["best_val"], state["history"]
