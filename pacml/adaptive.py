@@ -395,7 +395,6 @@ def save_adaptive(path: str | Path, weights: SelectorWeights, meta: dict[str, An
 def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     """Read a checkpoint written by :func:`save_adaptive`."""
     import json
-
     import zipfile
 
     from simulator.errors import ConfigError

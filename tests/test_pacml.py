@@ -440,7 +440,7 @@ def test_a_per_beta_agent_without_a_checkpoint_for_the_condition_is_refused(
 
     cfg = compose_sim_config([f"policy={config}", *overrides])
     assert cfg.policy[field] == name
-    with pytest.raises(ConfigError, match=r"^field 'policy\.%s': no shipped \w+ for scenario family" % field) as err:
+    with pytest.raises(ConfigError, match=rf"^field 'policy\.{field}': no shipped \w+ for scenario family") as err:
         if config == "pacml_beta":
             check_buildable(cfg)  # preflight: refused before any run of a sweep starts
         build_policy(cfg)
