@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import quote
 
 import markdown
 import pandas as pd
@@ -28,13 +30,18 @@ from analysis.paper_reference import (
     PAPER_POLICY_LABELS,
 )
 from analysis.plots import (
+    DataFigure,
+    describe_value,
     ordered_policies,
+    per_time,
     plot_blocking_vs_load,
     plot_degree_histogram,
     plot_jct_cdf,
     plot_policy_bars,
     plot_utilisation_timeline,
     policy_label,
+    policy_styles,
+    run_time_units,
     save_figure,
     time_unit,
 )
@@ -42,12 +49,14 @@ from analysis.runs import (
     cluster_num_servers,
     config_columns,
     find_run_dirs,
+    group_columns,
+    held_fixed,
     is_placement_run,
     load_placement_sweep,
     load_run_config,
     load_sweep_with_jobs,
 )
-from analysis.stats import aggregate
+from analysis.stats import MIN_SEEDS_FOR_INTERVAL, aggregate, interval_note
 from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -59,12 +68,13 @@ THROUGHPUT_UNIT_BPS = 1e7
 
 SUMMARY_METRICS = {
     "blocking_rate": ("Blocking rate", 1.0, "{:.3f}"),
-    "demand_throughput_Bps": ("Throughput (1e7 B/s)", THROUGHPUT_UNIT_BPS, "{:.2f}"),
-    "mean_jct_s": ("Mean JCT (s)", 1.0, "{:.0f}"),
+    "demand_throughput_Bps": ("Throughput (1e7 {per_time})", THROUGHPUT_UNIT_BPS, "{:.2f}"),
+    "mean_jct_s": ("Mean JCT ({time})", 1.0, "{:.0f}"),
     "mean_degree": ("Mean degree", 1.0, "{:.2f}"),
     "mean_server_utilisation": ("Server utilisation", 1.0, "{:.3f}"),
 }
-"""Metrics of the report's summary table: column -> (heading, unit, number format)."""
+"""Metrics of the report's summary table: column -> (heading, unit, number format); ``{time}``
+and ``{per_time}`` in a heading are the runs' time unit (:func:`analysis.plots.time_unit`)."""
 
 TABLE_METRICS = (*SUMMARY_METRICS, "acceptance_rate", "cluster_throughput_Bps", "mean_speedup",
                  "mean_servers_per_job", "mean_compute_utilisation", "mean_jobs_running",
@@ -130,18 +140,26 @@ def build_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Pa
     return report
 
 
-def group_columns(runs: pd.DataFrame) -> list[str]:
-    """Columns to aggregate seeds over: policy, beta, then any other config column that varies."""
-    varying = [c for c in config_columns(runs)
-               if c not in ("policy", "beta", "seed") and runs[c].nunique(dropna=False) > 1]
-    return ["policy", "beta", *varying]
+PAPER_SETUP = {"scenario": "paper", "cluster": "ramp32", "workload": "paper", "arrivals": "fixed",
+               "horizon_accounting": "paper"}
+"""Group choices (and accounting) of the paper's setup (spec §14.1); a run that records another
+value for one of them is not in it."""
 
 
 def paper_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs made in the paper's setup: the paper scenario, its load and its horizon."""
-    return runs[(runs["scenario"] == "paper")
-                & _close(runs["mean_interarrival_s"], PAPER_MEAN_INTERARRIVAL_S)
-                & _close(runs["horizon_s"], PAPER_HORIZON_S)]
+    """The runs made in the paper's setup: the paper scenario with its cluster, workload, arrivals,
+    accounting, load and horizon, and no command-line override of a nested key outside the policy
+    (``sim.*``, ``cluster.*``, ...; a ``policy.*`` override is a variant of the policy, kept and
+    shown as its own row)."""
+    mask = (_close(runs["mean_interarrival_s"], PAPER_MEAN_INTERARRIVAL_S)
+            & _close(runs["horizon_s"], PAPER_HORIZON_S))
+    for column, value in PAPER_SETUP.items():
+        if column in runs.columns:
+            mask &= runs[column].eq(value) | (runs[column].isna() & (column != "scenario"))
+    for column in runs.attrs.get("override_columns", ()):
+        if column in runs.columns and not column.startswith("policy."):
+            mask &= runs[column].isna()
+    return runs[mask]
 
 
 def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
@@ -159,23 +177,31 @@ def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     matching = paper_runs(runs)
     if matching.empty:
         return pd.DataFrame()
-    stats = aggregate(matching, ["beta", "policy"], ["blocking_rate", "demand_throughput_Bps"])
-    stats = stats.set_index(["beta", "policy", "metric"])
-    policies = list(dict.fromkeys([*PAPER_POLICY_LABELS, *sorted(matching["policy"].unique())]))
+    # Policy variants (a policy.* override) are rows of their own, never averaged with the policy.
+    extra = [c for c in group_columns(matching) if c not in ("beta", "policy")]
+    keys = ["beta", "policy", *extra]
+    stats = aggregate(matching, keys, ["blocking_rate", "demand_throughput_Bps"])
+    variants = {p: [tuple(v) for v in matching.loc[matching["policy"] == p, extra].drop_duplicates()
+                    .itertuples(index=False, name=None)] or [()] for p in matching["policy"].unique()}
+    policies = list(dict.fromkeys([*PAPER_POLICY_LABELS, *ordered_policies(matching["policy"])]))
     rows = []
     for beta in sorted(matching["beta"].unique()):
         for policy in policies:
-            row: dict[str, object] = {"beta": beta, "policy": policy}
-            for metric, short, paper in (("blocking_rate", "blocking", PAPER_BLOCKING_RATE),
-                                         ("demand_throughput_Bps", "throughput_Bps",
-                                          PAPER_DEMAND_THROUGHPUT_BPS)):
-                key = (beta, policy, metric)
-                ours = stats.loc[key] if key in stats.index else NO_RUNS
-                row["n"] = int(ours["n"])
-                row.update({f"{short}_{k}": ours[k] for k in ("mean", "ci_low", "ci_high")})
-                row[f"paper_{short}"] = paper.get(policy, {}).get(beta, math.nan)
-            if row["n"] or not math.isnan(row["paper_blocking"]):
-                rows.append(row)
+            for variant in variants.get(policy, [tuple(math.nan for _ in extra)]):
+                values = dict(zip(extra, variant, strict=True))
+                row: dict[str, object] = {"beta": beta, "policy": policy, **values}
+                for metric, short, paper in (("blocking_rate", "blocking", PAPER_BLOCKING_RATE),
+                                             ("demand_throughput_Bps", "throughput_Bps",
+                                              PAPER_DEMAND_THROUGHPUT_BPS)):
+                    found = stats[(stats["metric"] == metric) & stats["beta"].eq(beta) & stats["policy"].eq(policy)]
+                    for column, value in values.items():
+                        found = found[found[column].isna() if pd.isna(value) else found[column].eq(value)]
+                    ours = found.iloc[0] if len(found) else NO_RUNS
+                    row["n"] = int(ours["n"])
+                    row.update({f"{short}_{k}": ours[k] for k in ("mean", "ci_low", "ci_high")})
+                    row[f"paper_{short}"] = paper.get(policy, {}).get(beta, math.nan)
+                if row["n"] or not math.isnan(row["paper_blocking"]):
+                    rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -211,52 +237,77 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.stdout.write(f"report: {report}\n")
 
 
+def _file_stem(name: str) -> str:
+    """``name`` as a safe file name stem (a policy's class or config name)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip("._") or "policy"
+
+
 def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path) -> list[ReportFigure]:
     """Every figure the runs (and their jobs, :func:`analysis.runs.load_sweep_jobs`) support, saved
-    as PNG and SVG; returns them in report order."""
+    as PNG and SVG with their data as CSV; returns them in report order."""
     written: list[ReportFigure] = []
+    groups = group_columns(runs)
+    styles = policy_styles(runs["policy"])
+    note = interval_note()
 
     def save(fig: Figure, name: str, title: str, caption: str) -> None:
         save_figure(fig, figures_dir, name)
         written.append(ReportFigure(name, title, caption))
 
+    splits = [c for c in groups if c not in ("policy", "mean_interarrival_s") and runs[c].nunique(dropna=False) > 1]
+    split_text = ", ".join("β" if c == "beta" else c for c in splits)
     loads = sorted(runs["mean_interarrival_s"].dropna().unique())
     at_load, where = runs, ""
     if len(loads) > 1:
-        save(plot_blocking_vs_load(runs), "blocking_vs_load", "Blocking rate vs load",
+        save(plot_blocking_vs_load(runs, by=groups, styles=styles), "blocking_vs_load", "Blocking rate vs load",
              "Blocking rate against mean inter-arrival time (load grows to the right), one line "
-             "per policy; bands are 95% confidence intervals across seeds.")
+             f"per policy, one panel per value of {split_text or 'nothing (one setting)'}; "
+             f"bands: {note}; hollow markers: each seed where fewer; n in the legend.")
         # The other figures show one load: the one closest to the paper's.
         load = min(loads, key=lambda x: abs(math.log(x / PAPER_MEAN_INTERARRIVAL_S)))
         at_load = runs[_close(runs["mean_interarrival_s"], load)]
-        where = f" at mean inter-arrival time {load:g} s"
+        where = f" at mean inter-arrival time {load:g} {time_unit(at_load)}"
     matches_paper = len(paper_runs(at_load)) == len(at_load)
     reference = {"blocking_rate": PAPER_BLOCKING_RATE,
                  "demand_throughput_Bps": PAPER_DEMAND_THROUGHPUT_BPS} if matches_paper else None
-    save(plot_policy_bars(at_load, reference=reference), "policy_bars",
-         "Blocking rate and throughput per β distribution",
-         f"Blocking rate (top) and demand throughput (bottom) per β distribution{where}, one bar "
-         "per policy with 95% confidence intervals across seeds"
+    bar_groups = [c for c in groups if c != "mean_interarrival_s"] if len(loads) > 1 else groups
+    save(plot_policy_bars(at_load, reference=reference, by=bar_groups, styles=styles), "policy_bars",
+         "Blocking rate and throughput per setting",
+         f"Blocking rate (top) and demand throughput (bottom){where}, one group of bars per value of "
+         f"{split_text or 'nothing (one setting)'}, one bar per policy; error bars: {note}; hollow "
+         "markers: each seed where fewer; n in the legend"
          + ("; white diamonds are the paper's numbers (spec §14.2-14.3)." if reference else "."))
 
     jobs = all_jobs[all_jobs["run_dir"].isin(at_load["run_dir"])] if not all_jobs.empty else all_jobs
     if jobs.empty:
         return written
+    # Every config column of the job's run, so a figure of jobs names what it holds fixed.
+    jobs = jobs.merge(runs[["run_dir", *[c for c in config_columns(runs) if c not in jobs.columns]]],
+                      on="run_dir", how="left")
+    jobs.attrs["override_columns"] = runs.attrs.get("override_columns", [])
+    facets = [c for c in groups if c not in ("policy", "mean_interarrival_s")]
     unit = time_unit(at_load)
-    save(plot_jct_cdf(jobs, unit=unit), "jct_cdf", "Job completion times",
-         f"Distribution of the job completion time of completed jobs{where}, per policy and β "
-         f"distribution (seeds pooled), in {unit}.")
-    save(plot_degree_histogram(jobs), "degree_histogram", "Chosen partition degrees",
-         f"Share of jobs per chosen partition degree{where} (0 = rejected), per policy and β "
-         "distribution (seeds pooled).")
+    save(plot_jct_cdf(jobs, facet=facets, unit=unit, styles=styles), "jct_cdf", "Job completion times",
+         f"Distribution of the job completion time of completed jobs{where}, per policy and value of "
+         f"{split_text or 'nothing (one setting)'} (seeds pooled), in {unit}.")
+    save(plot_degree_histogram(jobs, facet=facets, styles=styles), "degree_histogram", "Chosen partition degrees",
+         f"Share of jobs per chosen partition degree{where} (0 = rejected), per policy and value of "
+         f"{split_text or 'nothing (one setting)'} (seeds pooled).")
+    stems: set[str] = set()
     for run in at_load.groupby("policy", sort=False).head(1).to_dict("records"):
         num_servers = cluster_num_servers(load_run_config(run["run_dir"]))
         if num_servers is None:
             log.warning("no utilisation figure for %s: cluster size unknown", run["run_dir"])
             continue
-        name = f"{policy_label(run['policy'])}, β {run['beta']}, seed {run['seed']}"
-        save(plot_utilisation_timeline(jobs[jobs["run_dir"] == run["run_dir"]], num_servers, name),
-             f"utilisation_{run['policy']}", f"Cluster occupancy: {policy_label(run['policy'])}",
+        setting = ", ".join(describe_value(c, run[c]) for c in groups if c not in ("policy",))
+        name = f"{policy_label(run['policy'])}, {setting}, seed {run['seed']}"
+        stem = f"utilisation_{_file_stem(run['policy'])}"
+        while stem in stems:
+            stem += "_"
+        stems.add(stem)
+        run_unit = time_unit(at_load[at_load["run_dir"] == run["run_dir"]])
+        save(plot_utilisation_timeline(jobs[jobs["run_dir"] == run["run_dir"]], num_servers, name, unit=run_unit),
+             stem, f"Cluster occupancy: {policy_label(run['policy'])}",
              f"One run ({name}{where}): fraction of the {num_servers} servers held by running "
              "jobs, and the number of jobs running, over simulated time.")
     return written
@@ -266,6 +317,7 @@ def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[st
               summary: pd.DataFrame, comparison: pd.DataFrame, figures: list[ReportFigure]) -> str:
     """The report's Markdown text."""
     seeds = sorted(runs["seed"].dropna().unique())
+    unit = time_unit(runs)
     lines = [
         f"# Experiment report: {sweep.name}",
         "",
@@ -274,70 +326,118 @@ def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[st
                                   if num_skipped else ""),
     ]
     lines.append(f"- Policies: {', '.join(policy_label(p) for p in ordered_policies(runs['policy']))}")
-    for column in ("scenario", "beta", "mean_interarrival_s", "horizon_s"):
-        values = ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
-                           for v in sorted(runs[column].dropna().unique()))
-        lines.append(f"- {column}: {values}")
-    lines += [f"- Seeds: {', '.join(str(int(s)) for s in seeds)}", "",
+    fixed = held_fixed(runs)
+    if fixed:
+        lines.append("- Held fixed: " + ", ".join(describe_value(k, v) for k, v in fixed.items()))
+    varying = [c for c in groups if runs[c].nunique(dropna=False) > 1]
+    if varying:
+        lines.append("- Differing between runs (each value its own row, curve or panel; never averaged): "
+                     + ", ".join(f"{c} ({', '.join(_value(v) for v in _sorted_values(runs[c]))})" for c in varying))
+    lines.append(f"- Time unit: {unit} (mean inter-arrival time, horizon, JCT; throughput in {per_time(unit)})")
+    lines += [f"- Seeds: {', '.join(str(int(s)) for s in seeds)} (the only thing averaged)", "",
               "## Summary", "",
-              "Mean ± half-width of the 95% Student-t confidence interval across seeds "
-              "(n = number of seeds; no interval for n = 1). Throughput is the demand "
+              f"Mean over n seeds; ± half-width (or [low, high] where clipped) of the {interval_note()} "
+              f"(none for n < {MIN_SEEDS_FOR_INTERVAL}). Throughput is the demand "
               "throughput (the paper's); utilisation is the time-average fraction of servers held.",
-              "", _summary_table(summary, groups), ""]
+              "", _summary_table(summary, groups, runs), ""]
     lines += ["## Ours vs the paper", ""]
     if comparison.empty:
-        lines += [f"No run matches the paper's setup (scenario paper, mean inter-arrival "
-                  f"{PAPER_MEAN_INTERARRIVAL_S:g} s, horizon {PAPER_HORIZON_S:g} s).", ""]
+        lines += [f"No run matches the paper's setup (scenario paper on cluster ramp32, mean inter-arrival "
+                  f"{PAPER_MEAN_INTERARRIVAL_S:g}, horizon {PAPER_HORIZON_S:g} profile time units).", ""]
     else:
-        lines += ["Paper: spec §14.2 (blocking, mean of 3 seeds) and §14.3 (throughput); PAC-ML "
-                  "is the final checkpoint. Ours: mean ± 95% CI over n seeds.", "",
+        lines += ["Paper: spec §14.2 (blocking, mean of 3 seeds) and §14.3 (throughput, in bytes per "
+                  "profile time unit, which the paper calls seconds); PAC-ML is the final checkpoint. "
+                  f"Ours: mean over n seeds ± the {interval_note()}.", "",
                   _comparison_table(comparison), ""]
-    lines += ["## Figures", ""]
+    lines += ["## Figures", "",
+              "Each figure's data (one row per plotted point: the values that define its group, the mean, "
+              "the interval, n) is beside it as CSV.", ""]
     for fig in figures:
         lines += [f"### {fig.title}", "",
-                  f"![{fig.name}](figures/{fig.name}.png)", "", fig.caption,
-                  f"([SVG](figures/{fig.name}.svg))", ""]
+                  f"![{fig.name}](figures/{_url(fig.name)}.png)", "", fig.caption,
+                  f"([SVG](figures/{_url(fig.name)}.svg), [data](figures/{_url(fig.name)}.csv))", ""]
     lines += ["## Tables", "",
               "- `tables/runs.csv`: one row per run (config and every metric of summary.json).",
-              "- `tables/summary.csv`: mean, std, n and 95% CI per group and metric (tidy).",
+              "- `tables/summary.csv`: mean, std, n and CI per group and metric (tidy).",
               *(["- `tables/paper_comparison.csv`: the table above."] if not comparison.empty
                 else []), ""]
     return "\n".join(lines)
 
 
-def _summary_table(summary: pd.DataFrame, groups: list[str]) -> str:
+def _value(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _sorted_values(column: pd.Series) -> list[object]:
+    return sorted(column.drop_duplicates().tolist(), key=lambda v: (pd.isna(v), str(type(v)), v if not pd.isna(v) else 0))
+
+
+def _summary_table(summary: pd.DataFrame, groups: list[str], runs: pd.DataFrame) -> str:
     """Markdown table: one row per group, ``mean ± half-width`` per summary metric."""
     wide = summary.set_index([*groups, "metric"])
     rank = {p: i for i, p in enumerate(ordered_policies(summary["policy"]))}
     keys = sorted(summary[groups].drop_duplicates().itertuples(index=False, name=None),
                   key=lambda key: rank[key[0]])
     metrics = {m: spec for m, spec in SUMMARY_METRICS.items() if m in set(summary["metric"])}
-    header = [*groups, "n", *(heading for heading, _, _ in metrics.values())]
+    unit = time_unit(runs)
+    units = pd.Series(run_time_units(runs).to_numpy(), index=runs["run_dir"])
+    mixed = " or " in unit
+    header = [*groups, "n", *(["time unit"] if mixed else []),
+              *(heading.format(time=unit if not mixed else "time unit", per_time=per_time(unit) if not mixed
+                               else "B per time unit") for heading, _, _ in metrics.values())]
     rows = []
     for policy, *rest in keys:
         key = (policy, *rest)
-        cells = [policy_label(policy), *(f"{v:g}" if isinstance(v, float) else str(v) for v in rest),
+        cells = [policy_label(policy), *(_value(v) for v in rest),
                  str(int(wide.loc[(*key, "blocking_rate"), "n"]))]
-        for metric, (_, unit, fmt) in metrics.items():
+        if mixed:
+            dirs = runs.loc[_match(runs, dict(zip(groups, key, strict=True))), "run_dir"]
+            cells.append(" or ".join(dict.fromkeys(units[dirs])))
+        for metric, (_, scale, fmt) in metrics.items():
             stat = wide.loc[(*key, metric)]
-            cells.append(_pm(stat["mean"] / unit, (stat["ci_high"] - stat["mean"]) / unit, fmt))
+            cells.append(_interval_text(stat["mean"] / scale, stat["ci_low"] / scale, stat["ci_high"] / scale, fmt))
         rows.append(cells)
     return _md_table(header, rows)
 
 
+def _match(frame: pd.DataFrame, values: dict[str, object]) -> pd.Series:
+    mask = pd.Series(True, index=frame.index)
+    for column, value in values.items():
+        mask &= frame[column].isna() if pd.isna(value) else frame[column].eq(value)
+    return mask
+
+
 def _comparison_table(comparison: pd.DataFrame) -> str:
     """Markdown table of :func:`paper_comparison`."""
-    header = ["β", "Policy", "n", "Blocking (ours)", "Blocking (paper)",
-              "Throughput 1e7 B/s (ours)", "Throughput 1e7 B/s (paper)"]
+    extra = [c for c in comparison.columns if c not in _COMPARISON_COLUMNS]
+    header = ["β", "Policy", *extra, "n", "Blocking (ours)", "Blocking (paper)",
+              "Throughput 1e7 B per profile time unit (ours)", "Throughput 1e7 B per profile time unit (paper)"]
     unit = THROUGHPUT_UNIT_BPS
-    rows = [[r.beta, policy_label(r.policy), str(r.n),
-             _pm(r.blocking_mean, r.blocking_ci_high - r.blocking_mean, "{:.3f}"),
-             _num(r.paper_blocking, "{:.4f}"),
-             _pm(r.throughput_Bps_mean / unit,
-                 (r.throughput_Bps_ci_high - r.throughput_Bps_mean) / unit, "{:.2f}"),
-             _num(r.paper_throughput_Bps / unit, "{:.3f}")]
-            for r in comparison.itertuples(index=False)]
+    rows = [[r["beta"], policy_label(r["policy"]), *(_value(r[c]) for c in extra), str(r["n"]),
+             _interval_text(r["blocking_mean"], r["blocking_ci_low"], r["blocking_ci_high"], "{:.3f}"),
+             _num(r["paper_blocking"], "{:.4f}"),
+             _interval_text(r["throughput_Bps_mean"] / unit, r["throughput_Bps_ci_low"] / unit,
+                            r["throughput_Bps_ci_high"] / unit, "{:.2f}"),
+             _num(r["paper_throughput_Bps"] / unit, "{:.3f}")]
+            for r in comparison.to_dict("records")]
     return _md_table(header, rows)
+
+
+_COMPARISON_COLUMNS = ("beta", "policy", "n", "blocking_mean", "blocking_ci_low", "blocking_ci_high",
+                       "paper_blocking", "throughput_Bps_mean", "throughput_Bps_ci_low", "throughput_Bps_ci_high",
+                       "paper_throughput_Bps")
+
+
+def _interval_text(mean: float, low: float, high: float, fmt: str) -> str:
+    """``mean ± half`` for a symmetric interval, ``mean [low, high]`` for one clipped to its
+    bounds, just the mean without one, a dash without a mean."""
+    if math.isnan(mean):
+        return "–"
+    if math.isnan(low) or math.isnan(high):
+        return fmt.format(mean)
+    if math.isclose(mean - low, high - mean, rel_tol=1e-9, abs_tol=1e-12):
+        return f"{fmt.format(mean)} ± {fmt.format(high - mean)}"
+    return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
 
 
 def _pm(mean: float, half: float, fmt: str) -> str:
@@ -345,6 +445,17 @@ def _pm(mean: float, half: float, fmt: str) -> str:
     if math.isnan(mean):
         return "–"
     return fmt.format(mean) if math.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
+
+
+def _url(path: str) -> str:
+    """A relative path as a link target: each part percent-encoded (a run folder named
+    ``graph=a%2Fb.json`` must reach the server as ``%252F``, not as a ``/``)."""
+    return "/".join(quote(part, safe="=,+@") for part in path.split("/"))
+
+
+def _md_text(text: str) -> str:
+    """``text`` safe inside a Markdown link text or table cell."""
+    return re.sub(r"([\\`\[\]|<>])", r"\\\1", str(text))
 
 
 def _num(value: float, fmt: str) -> str:
@@ -399,11 +510,22 @@ def placement_table(runs: pd.DataFrame) -> pd.DataFrame:
     return grouped
 
 
+def graph_names(graphs: pd.Series) -> dict[str, str]:
+    """Each ``graph=`` value's display name: its file or folder name without ``.json`` (a shipped
+    graph's name as is); when two paths give one name, the path (so rows stay apart)."""
+    values = list(dict.fromkeys(str(g) for g in graphs))
+    short = {g: (Path(g).stem if Path(g).suffix.lower() == ".json" else Path(g).name) or g for g in values}
+    counts = pd.Series(list(short.values())).value_counts()
+    return {g: (n if counts[n] == 1 else g) for g, n in short.items()}
+
+
 def plot_placement_speedups(table: pd.DataFrame) -> Figure:
     """Bars: speed-up over the single fastest device, per problem (groups) and method (bars)."""
     problems = list(dict.fromkeys(table[PLACEMENT_KEYS].itertuples(index=False, name=None)))
     methods = list(dict.fromkeys(table["method"]))
-    fig = Figure(figsize=(max(6.0, 1.1 * len(problems) * max(1, len(methods)) / 2 + 2), 4.2), layout="constrained")
+    fig = DataFigure(figsize=(max(6.0, 1.1 * len(problems) * max(1, len(methods)) / 2 + 2), 4.2),
+                     layout="constrained")
+    fig.data = table
     ax = fig.subplots()
     width = 0.8 / max(1, len(methods))
     index = table.set_index([*PLACEMENT_KEYS, "method"])["speedup_vs_single"]
@@ -414,7 +536,8 @@ def plot_placement_speedups(table: pd.DataFrame) -> Figure:
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     finite = [h for h in index.tolist() if math.isfinite(h)]
     ax.set_ylim(0, max([1.0, *finite]) * 1.25)  # room for the legend above the bars
-    ax.set_xticks(range(len(problems)), [f"{g}\n{d}, {o}" for g, d, o in problems],
+    names = graph_names(table["graph"])
+    ax.set_xticks(range(len(problems)), [f"{names[g]}\n{d}, {o}" for g, d, o in problems],
                   rotation=30 if len(problems) > 4 else 0, fontsize=8)
     ax.set_ylabel("speed-up over the single fastest device")
     ax.set_title("Op placement: speed-up per method (0: infeasible)", fontsize=10)
@@ -434,8 +557,11 @@ def build_placement_report(sweep: Path, out_dir: str | Path | None = None) -> Pa
     atomic_write_text(out / "tables" / "placement_summary.csv", table.to_csv(index=False))
     save_figure(plot_placement_speedups(table), out / "figures", "placement_speedups")
     methods = list(dict.fromkeys(runs["method"]))
+    names = graph_names(runs["graph"])
+    paths = [g for g in dict.fromkeys(runs["graph"]) if names[g] != g]
     lines = [f"# Op placement report: {sweep.name}", "", f"- Sweep directory: `{sweep}`",
-             f"- Runs: {len(runs)}", f"- Graphs: {', '.join(dict.fromkeys(runs['graph']))}",
+             f"- Runs: {len(runs)}", f"- Graphs: {', '.join(_md_text(names[g]) for g in dict.fromkeys(runs['graph']))}"
+             + (f" (from {', '.join(f'`{p}`' for p in paths)})" if paths else ""),
              f"- Device sets: {', '.join(dict.fromkeys(runs['devices']))}",
              f"- Methods: {', '.join(methods)}", "", "## Graph x method", "",
              "Value of the objective (ms; mean over n seeds), speed-up over the single fastest device "
@@ -443,22 +569,25 @@ def build_placement_report(sweep: Path, out_dir: str | Path | None = None) -> Pa
              "(above 1: this method is faster than X). Infeasible placements have value inf.", ""]
     header = ["graph", "devices", "objective", "method", "n", "value (ms)", "single device (ms)",
               "speed-up vs single", *(f"vs {m}" for m in methods), "method wall (s)", "evaluations"]
-    rows = [[r["graph"], r["devices_choice"], r["objective"], r["method"], str(int(r["n"])),
+    rows = [[_md_text(names[r["graph"]]), _md_text(r["devices_choice"]), r["objective"], _md_text(r["method"]),
+             str(int(r["n"])),
              _num(r["value_ms"], "{:.6g}"), f"{_num(r['single_ms'], '{:.6g}')} ({r['single_device']})",
              _num(r["speedup_vs_single"], "{:.3f}x"), *(_num(r[f"vs_{m}"], "{:.3f}") for m in methods),
              _num(r["method_wall_s"], "{:.3g}"), str(int(r["evaluations"]))] for r in table.to_dict("records")]
     lines += [_md_table(header, rows), "", "## Speed-up over the single device", "",
               "![placement_speedups](figures/placement_speedups.png)", "",
-              "One group of bars per graph, device set and objective; one bar per method; the dashed line "
-              "is the single fastest device. ([SVG](figures/placement_speedups.svg))", "",
+              "One group of bars per graph, device set and objective; one bar per method (the mean over "
+              "n seeds); the dashed line is the single fastest device. ([SVG](figures/placement_speedups.svg), "
+              "[data](figures/placement_speedups.csv))", "",
               "## Gantt charts", "",
               "Per-device timeline of one step (step, latency) or per-device load (pipeline) of each run.", ""]
     for r in runs.to_dict("records"):
         charts = [c for c in r["gantt"] if c.endswith(".png")]
         where = _relative(Path(r["run_dir"]), out)
         status = _num(r["value_ms"], "{:.6g} ms") if r["feasible"] else f"infeasible: {r['reason']}"
-        link = ", ".join(f"[{c}]({where}/{c})" for c in charts) or "no chart (gantt=false)"
-        lines.append(f"- {r['graph']} / {r['devices_choice']} / {r['objective']} / {r['method']} "
+        link = ", ".join(f"[{_md_text(c)}]({_url(f'{where}/{c}')})" for c in charts) or "no chart (gantt=false)"
+        lines.append(f"- {_md_text(names[r['graph']])} / {_md_text(r['devices_choice'])} / {r['objective']} / "
+                     f"{_md_text(r['method'])} "
                      f"(seed {r['seed']}): {status}; {link}")
     lines += ["", "## Tables", "", "- `tables/placements.csv`: one row per run.",
               "- `tables/placement_summary.csv`: the table above.", ""]

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +75,12 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
         log.warning("skipping %s: unreadable summary.json (%s)", run, _one_line(exc))
         return None
     config = summary.pop("config", None) or {}
-    summary.pop("resolved_config", None)  # the full config, kept for resume checks; not a column
+    resolved = summary.pop("resolved_config", None)
     reasons = summary.pop("blocked_by_reason", None) or {}
     row: dict[str, Any] = {"run_dir": str(run)}
     row.update({k: config.get(k, summary.get(k)) for k in CONFIG_COLUMNS})
     row.update(_nested_overrides(run))
+    row[RESOLVED] = flat_config(resolved if isinstance(resolved, dict) else _hydra_config(run))
     row.update({k: v for k, v in summary.items() if k not in row})
     row.update({f"num_blocked_{reason}": count for reason, count in reasons.items()})
     return row
@@ -117,27 +118,145 @@ def load_sweep(sweep_dir: str | Path) -> pd.DataFrame:
 
     Runs are found recursively. ``blocked_by_reason`` becomes ``num_blocked_<reason>`` columns.
     Nested command-line overrides (e.g. ``policy.degree=4``) become extra config columns named
-    by their dotted key. A run with a missing or corrupt ``summary.json`` is logged as
-    a warning and skipped.
+    by their dotted key, and so does every other value of the runs' resolved configs
+    (``summary.json``'s ``resolved_config``, else ``.hydra/config.yaml``) that differs between
+    runs (e.g. ``cluster.num_servers_per_rack``), so runs that differ in anything but the seed
+    are never taken for seeds of one setting (:func:`group_columns`). A run with a missing or
+    corrupt ``summary.json`` is logged as a warning and skipped.
 
     Args:
         sweep_dir: A Hydra sweep directory, a single run directory, or any tree of them.
 
     Returns:
-        The runs sorted by config (empty if none were found).
+        The runs sorted by config (empty if none were found). ``attrs["override_columns"]``
+        lists the columns that come from command-line overrides.
     """
     rows = [row for run in find_run_dirs(sweep_dir) if (row := read_summary(run)) is not None]
     if not rows:
         return pd.DataFrame(columns=["run_dir", *CONFIG_COLUMNS])
+    overrides = sorted({k for row in rows for k in row if "." in k})
+    resolved = [row.pop(RESOLVED) for row in rows]
+    for row, flat in zip(rows, resolved, strict=True):
+        # Simulated seconds per PipeDream profile millisecond: the unit of every time (time_unit).
+        row.setdefault(PROFILE_UNIT_COLUMN, flat.get(PROFILE_UNIT_COLUMN_KEY))
+    for key in _differing_keys(resolved):
+        if key in CONFIG_COLUMNS or key in overrides:
+            continue  # already a column (the same value)
+        for row, flat in zip(rows, resolved, strict=True):
+            row[key] = flat.get(key)
     runs = pd.DataFrame(rows)
     keys = [c for c in config_columns(runs) if runs[c].notna().any()]
-    return runs.sort_values(keys, na_position="first", kind="stable").reset_index(drop=True)
+    runs = runs.sort_values(keys, na_position="first", kind="stable").reset_index(drop=True)
+    runs.attrs["override_columns"] = overrides
+    return runs
 
 
 def config_columns(runs: pd.DataFrame) -> list[str]:
-    """The config columns of a :func:`load_sweep` frame (known ones, then dotted overrides)."""
+    """The config columns of a :func:`load_sweep` frame (known ones, then dotted keys)."""
     extra = [c for c in runs.columns if "." in c]
     return [c for c in (*CONFIG_COLUMNS, *extra) if c in runs.columns]
+
+
+PROFILE_UNIT_COLUMN = "profile_time_unit_s"
+"""Column of :func:`load_sweep`: the run's ``workload.profile_time_unit_s`` (None if unknown)."""
+PROFILE_UNIT_COLUMN_KEY = "workload.profile_time_unit_s"
+
+SEED_COLUMNS = ("seed",)
+"""Config values that only pick a random draw: the one thing figures and tables average over."""
+
+RESOLVED = "__resolved__"
+"""Key of a run's flattened resolved config in :func:`read_summary`'s row (popped by :func:`load_sweep`)."""
+
+#: Keys of the resolved config that do not change results (as simulator/run.py's resume check).
+_NOT_RESULTS = ("progress", "skip_finished", "out_dir", "max_arrivals", "max_estimated_hours",
+                "max_estimated_memory_gb")
+
+
+def flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"a.b": value}`` with hashable values (a list becomes its JSON text),
+    without the keys that do not change results."""
+    flat: dict[str, Any] = {}
+    if not isinstance(config, dict):
+        return flat
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if not prefix and key in _NOT_RESULTS:
+            continue
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            flat[name] = json.dumps(value, sort_keys=True, default=str)
+        else:
+            flat[name] = value
+    return flat
+
+
+def _hydra_config(run: Path) -> dict[str, Any]:
+    """A run's ``.hydra/config.yaml``, resolved where it can be ({} if absent or unreadable)."""
+    path = run / ".hydra" / "config.yaml"
+    try:
+        config = OmegaConf.load(path)
+    except (OSError, ValueError):
+        return {}
+    for resolve in (True, False):
+        try:
+            data = OmegaConf.to_container(config, resolve=resolve)
+        except Exception:  # noqa: BLE001, S112 - an interpolation only Hydra can resolve: keep it unresolved
+            continue
+        return data if isinstance(data, dict) else {}
+    return {}
+
+
+def _differing_keys(configs: list[dict[str, Any]]) -> list[str]:
+    """Keys (dotted) whose value is not the same in every config (a missing key counts as a value),
+    seeds excluded, sorted."""
+    keys = sorted({k for c in configs for k in c} - set(SEED_COLUMNS))
+    missing = object()
+    return [k for k in keys if len({_hashable(c.get(k, missing)) for c in configs}) > 1]
+
+
+def _hashable(value: Any) -> Any:
+    """``value`` as a set member (floats equal to ints count as one value, as in the configs)."""
+    return value if isinstance(value, int | float | str | bool | type(None)) else repr(value)
+
+
+def group_columns(runs: pd.DataFrame) -> list[str]:
+    """The config columns that tell runs' settings apart: ``policy`` and ``beta``, then every other
+    config column whose value differs between runs, except a dotted resolved key whose value the
+    columns before it already fix (``arrivals.interval_s`` follows ``mean_interarrival_s``).
+
+    Runs with equal values in these columns differ at most in their seed (:data:`SEED_COLUMNS`),
+    so grouping by them averages over seeds only.
+    """
+    overrides = set(runs.attrs.get("override_columns", ()))
+    candidates = [c for c in config_columns(runs) if c not in SEED_COLUMNS]
+    # Known columns and the user's own overrides name a setting best; other resolved keys last.
+    candidates.sort(key=lambda c: 0 if c in CONFIG_COLUMNS else 1 if c in overrides else 2)
+    chosen = [c for c in ("policy", "beta") if c in runs.columns]
+    for column in candidates:
+        if column in chosen or runs[column].nunique(dropna=False) <= 1:
+            continue
+        if column in CONFIG_COLUMNS or column in overrides or not chosen:
+            chosen.append(column)
+            continue
+        per_group = runs.groupby(chosen, dropna=False)[column].nunique(dropna=False)
+        if (per_group > 1).any():
+            chosen.append(column)
+    return chosen
+
+
+def held_fixed(runs: pd.DataFrame) -> dict[str, Any]:
+    """The config columns (:data:`CONFIG_COLUMNS` and overrides) with one value in every run, e.g.
+    ``{"scenario": "paper", "cluster": "ramp32"}``: what a figure of these runs holds fixed."""
+    overrides = set(runs.attrs.get("override_columns", ()))
+    fixed = {}
+    for column in config_columns(runs):
+        if column in SEED_COLUMNS or (column not in CONFIG_COLUMNS and column not in overrides):
+            continue
+        values = runs[column].dropna().unique()
+        if len(values) == 1 and runs[column].notna().all():
+            fixed[column] = values[0]
+    return fixed
 
 
 _SERVER_SPAN = re.compile(r"^(\d+)(?:\.\.(\d+))?$")
@@ -237,9 +356,10 @@ def load_jobs(run_dir: str | Path, expected_jobs: int | None = None) -> pd.DataF
     return jobs
 
 
-def load_sweep_jobs(runs: pd.DataFrame, columns: tuple[str, ...] = ("policy", "beta", "seed",
-                    "mean_interarrival_s")) -> pd.DataFrame:
-    """The jobs of every run in ``runs``, each row tagged with its run's ``columns`` and ``run_dir``.
+def load_sweep_jobs(runs: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The jobs of every run in ``runs``, each row tagged with its run's ``columns`` (default:
+    ``policy``, ``seed``, ``mean_interarrival_s`` and the :func:`group_columns`) and ``run_dir``.
+    ``attrs["setting_columns"]`` holds the run's :func:`group_columns`.
 
     A job column that a run column would overwrite is renamed ``job_<name>`` (``jobs.csv``'s
     ``beta`` is the job's JCT target fraction, the run's ``beta`` its distribution's name).
@@ -249,8 +369,8 @@ def load_sweep_jobs(runs: pd.DataFrame, columns: tuple[str, ...] = ("policy", "b
     return _sweep_jobs(runs, columns)[1]
 
 
-def load_sweep_with_jobs(sweep_dir: str | Path, columns: tuple[str, ...] = ("policy", "beta", "seed",
-                         "mean_interarrival_s")) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_sweep_with_jobs(sweep_dir: str | Path, columns: Sequence[str] | None = None
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`load_sweep` and :func:`load_sweep_jobs` together, keeping only runs whose files are
     both sound: a run with a bad ``summary.json`` or ``jobs.csv`` is skipped with one warning
     naming the file, so tables and figures describe the same runs.
@@ -263,8 +383,12 @@ def load_sweep_with_jobs(sweep_dir: str | Path, columns: tuple[str, ...] = ("pol
     return runs[runs["run_dir"].isin(good)].reset_index(drop=True), jobs
 
 
-def _sweep_jobs(runs: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], pd.DataFrame]:
+def _sweep_jobs(runs: pd.DataFrame, columns: Sequence[str] | None) -> tuple[list[str], pd.DataFrame]:
     """(run directories whose jobs loaded, their tagged jobs); see :func:`load_sweep_jobs`."""
+    setting = group_columns(runs) if not runs.empty else []
+    if columns is None:
+        columns = tuple(dict.fromkeys(c for c in ("policy", "beta", "seed", "mean_interarrival_s", *setting)
+                                      if c in runs.columns))
     frames, good = [], []
     for run in runs.to_dict("records"):
         expected = run.get("num_jobs_arrived")
@@ -280,7 +404,9 @@ def _sweep_jobs(runs: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str]
             jobs[column] = run[column]
         jobs["run_dir"] = run["run_dir"]
         frames.append(jobs)
-    return good, (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+    tagged = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    tagged.attrs["setting_columns"] = [c for c in setting if c in columns]
+    return good, tagged
 
 
 def load_run_config(run_dir: str | Path) -> dict[str, Any]:

@@ -41,6 +41,25 @@ def path_safe(name: str) -> str:
 OmegaConf.register_new_resolver("pacml_path_safe", path_safe, replace=True)
 
 
+def policy_name(choice: object, overrides: Sequence[object] = ()) -> str:
+    """The policy's name in the log, the run folder and ``summary.json``: its config name
+    (``policy=min_feasible``), or, when the command line gives ``policy._target_=module.Class``,
+    the class name (``Class``).
+
+    The config name of such a run is still the default group's (``para_max``), which would
+    record a user's own class as that policy and compare it with the paper's.
+    """
+    for item in overrides or ():
+        key, sep, value = str(item).partition("=")
+        if sep and key.lstrip("+~") == "policy._target_" and value.strip():
+            return value.strip().strip("'\"").rsplit(".", 1)[-1]
+    return str(choice) if choice is not None else "none"
+
+
+# conf/sim.yaml names a single run's folder with it (hydra.run.dir).
+OmegaConf.register_new_resolver("pacml_policy_name", policy_name, replace=True)
+
+
 def fail(prog: str, message: str) -> NoReturn:
     """Print ``prog: error: message`` on stderr and exit with status 2."""
     sys.stderr.write(f"{prog}: error: {message}\n")

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from simulator.build import build_policy, build_simulation
-from simulator.cli import HydraCommand, preflight, report_user_errors
+from simulator.cli import HydraCommand, policy_name, preflight, report_user_errors
 from simulator.records import CsvStreamSink, write_run_files
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     report_user_errors(PROG, lambda: COMMAND.validate(cfg, list(hc.overrides.task)))
     out = Path(cfg.out_dir) if cfg.get("out_dir") else Path(hc.runtime.output_dir)
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
+    choices["policy"] = policy_name(choices.get("policy"), hc.overrides.task)
     if cfg.get("skip_finished", True) and _already_done(out, cfg):
         log.info("skipping %s: summary.json already written for this config", out)
         return

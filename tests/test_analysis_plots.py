@@ -12,11 +12,14 @@ from matplotlib.figure import Figure
 from analysis.plots import (
     PROFILE_TIME_UNITS,
     occupancy_over_time,
+    per_time,
     plot_blocking_vs_load,
     plot_degree_histogram,
     plot_jct_cdf,
     plot_policy_bars,
     plot_utilisation_timeline,
+    policy_styles,
+    run_time_units,
     save_figure,
     time_average,
     time_unit,
@@ -25,13 +28,13 @@ from analysis.plots import (
 
 @pytest.fixture
 def runs() -> pd.DataFrame:
-    """2 policies x 2 betas x 3 loads x 2 seeds of made-up results."""
+    """2 policies x 2 betas x 3 loads x 3 seeds of made-up results."""
     rng = np.random.default_rng(0)
     rows = [{"policy": p, "beta": b, "mean_interarrival_s": load, "seed": s,
              "blocking_rate": min(1.0, 300 / load + rng.uniform(0, 0.05)),
              "demand_throughput_Bps": 2e7 + rng.uniform(0, 1e6)}
             for p in ("para_max", "random") for b in ("A", "C") for load in (500.0, 1000.0, 2000.0)
-            for s in (0, 1)]
+            for s in (0, 1, 2)]
     return pd.DataFrame(rows)
 
 
@@ -61,8 +64,21 @@ def test_blocking_vs_load(runs: pd.DataFrame) -> None:
         assert ax.get_ylabel().startswith("Blocking rate")
         assert len(ax.lines) == 2 and len(ax.collections) == 2  # a line and a CI band per policy
         assert ax.get_xscale() == "log" and ax.xaxis_inverted()
-    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["Para_max", "Random"]
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["Para_max (n=3)", "Random (n=3)"]
     assert "Blocking rate vs load" in fig.get_suptitle()
+    data = fig.data
+    assert len(data) == 12 and set(data["n"]) == {3}  # 2 policies x 2 betas x 3 loads
+    assert (data["ci_low"] >= 0).all() and (data["ci_high"] <= 1).all()
+
+
+def test_blocking_vs_load_with_two_seeds_plots_the_points_not_a_band(runs: pd.DataFrame) -> None:
+    fig = plot_blocking_vs_load(runs[runs["seed"] < 2])
+    for ax in visible_axes(fig):
+        # a line per policy, no band, one hollow marker per seed and load (one scatter per policy)
+        assert len(ax.lines) == 2 and len(ax.collections) == 2
+        assert [len(c.get_offsets()) for c in ax.collections] == [6, 6]
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Para_max (n=2)", "Random (n=2)"]
+    assert fig.data["ci_low"].isna().all() and set(fig.data["interval"]) == {"none (n < 3)"}
 
 
 def test_policy_bars_with_reference_markers(runs: pd.DataFrame) -> None:
@@ -74,7 +90,7 @@ def test_policy_bars_with_reference_markers(runs: pd.DataFrame) -> None:
     assert throughput.get_xlabel() == "JCT-target distribution"
     assert len(blocking.patches) == 4 and len(throughput.patches) == 4  # 2 policies x 2 betas
     assert [t.get_text() for t in throughput.get_xticklabels()] == ["β A", "β C"]
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Para_max", "Random", "paper"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Para_max (n=3)", "Random (n=3)", "paper"]
 
 
 def test_jct_cdf_one_panel_per_beta(jobs: pd.DataFrame) -> None:
@@ -124,9 +140,13 @@ def test_utilisation_timeline(jobs: pd.DataFrame) -> None:
 
 def test_save_figure_writes_png_and_svg(tmp_path: Path, runs: pd.DataFrame) -> None:
     paths = save_figure(plot_blocking_vs_load(runs), tmp_path / "figures", "load")
-    assert [p.name for p in paths] == ["load.png", "load.svg"]
+    assert [p.name for p in paths] == ["load.png", "load.svg", "load.csv"]
     assert paths[0].read_bytes().startswith(b"\x89PNG")
     assert "<svg" in paths[1].read_text()
+    data = pd.read_csv(paths[2])
+    assert list(data.columns[:4]) == ["policy", "beta", "mean_interarrival_s", "metric"]
+    assert {"mean", "ci_low", "ci_high", "n", "interval"} <= set(data.columns)
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["load.csv", "load.png", "load.svg"]
 
 
 def _cdf_jobs(jcts: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
@@ -157,12 +177,16 @@ def test_jct_cdf_axis_names_the_time_unit() -> None:
     physical = pd.DataFrame({"scenario": ["physical", None]})
     assert time_unit(paper) == PROFILE_TIME_UNITS == "profile time units"
     assert time_unit(physical) == "s"
-    assert time_unit(pd.concat([paper, physical])) == "s; profile time units for the paper scenario"
+    assert time_unit(pd.concat([paper, physical])) == "profile time units or s"
     # A command-line override of the profile unit wins over the scenario's.
     overridden = pd.DataFrame({"scenario": ["paper", "physical"],
                                "workload.profile_time_unit_s": [1e-3, 1.0]})
-    assert time_unit(overridden) == "s; profile time units for the paper scenario"
+    assert time_unit(overridden) == "s or profile time units"
     assert time_unit(overridden.iloc[[1]]) == PROFILE_TIME_UNITS
+    # The run's resolved value (load_sweep's profile_time_unit_s column) decides.
+    resolved = pd.DataFrame({"scenario": ["paper", "physical"], "profile_time_unit_s": [1e-3, 1.0]})
+    assert list(run_time_units(resolved)) == ["s", PROFILE_TIME_UNITS]
+    assert per_time("s") == "B/s" and per_time(PROFILE_TIME_UNITS) == "B per profile time unit"
     jobs = _cdf_jobs({("para_max", "A"): [1.0, 2.0]})
     (ax,) = visible_axes(plot_jct_cdf(jobs, unit=time_unit(paper)))
     assert ax.get_xlabel() == "Job completion time (profile time units, log scale)"
