@@ -422,13 +422,43 @@ def print_tables(summary: dict[str, Any]) -> None:
             print()
 
 
+def per_beta_table(per_beta_results: dict[str, Any]) -> dict[str, Any]:
+    """Per condition: seeds with the warm-start rule's decisions exactly, and agent - rule paired."""
+    out = {}
+    for name, e in per_beta_results.items():
+        rows = e["rows"]
+        out[name] = {"set": e["set"], "checkpoint": e["checkpoint"], "warm_start_rule": e["warm_start_rule"],
+                     "identical_seeds": sum(r["identical"] for r in rows), "seeds": len(rows),
+                     "agent": float(np.mean([r["agent"] for r in rows])),
+                     "rule": float(np.mean([r["rule"] for r in rows])),
+                     "agent_minus_rule": paired_difference([r["agent"] for r in rows], [r["rule"] for r in rows]),
+                     "first_difference_at_job": [r["first_difference"] for r in rows]}
+    return out
+
+
+def print_per_beta(table: dict[str, Any]) -> None:
+    """The per-beta table (markdown) on stdout."""
+    if not table:
+        return
+    print("| set | condition | checkpoint | warm-start rule | seeds with its decisions exactly | agent | rule "
+          "| agent − rule (b/t/w) | first differing decision (job index, per differing seed) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, r in table.items():
+        d = r["agent_minus_rule"]
+        firsts = [f for f in r["first_difference_at_job"] if f is not None]
+        print(f"| {r['set']} | {name} | {r['checkpoint']} | {r['warm_start_rule']} | {r['identical_seeds']} of "
+              f"{r['seeds']} | {r['agent']:.4f} | {r['rule']:.4f} | {d['mean']:+.4f} ± {d['se'] or 0:.4f} "
+              f"({d['better']}/{d['tied']}/{d['worse']}) | {', '.join(map(str, firsts)) or '-'} |")
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one step (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--step", required=True,
                     choices=["select", "rules", "agent", "per_beta", "ablations", "grid512", "summary"])
     ap.add_argument("--sets", default="heldout,grid", help="rules/agent/ablations: comma-separated sets, in order")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="episodes (and the summary)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="episodes (the summary goes beside: *_summary.json)")
     ap.add_argument("--rules-out", type=Path, default=DEFAULT_RULES_OUT, help="teacher searches")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -479,9 +509,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             teacher(rules, a.rules_out, cond, seeds, BLOCK_SEARCH)
     else:
         summary = summarise(results, rules)
-        results["summary"] = summary
-        atomic_write_json(a.out, results)
+        summary["per_beta"] = per_beta_table(results["per_beta"])
+        # Its own file: the episode files may be growing in another process meanwhile.
+        atomic_write_json(a.out.with_name(a.out.stem + "_summary.json"), summary)
         print_tables(summary)
+        print_per_beta(summary["per_beta"])
 
 
 if __name__ == "__main__":
