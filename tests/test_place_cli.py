@@ -144,7 +144,7 @@ def test_file_placer_reads_back_any_group_placement(tmp_path_factory, draws: lis
     (["devices=nope"], "unknown devices 'nope' (available: auto,"),
     (["method=nope"], "unknown method 'nope'"),
     (["objective=throughput"], "field 'objective': must be one of 'step', 'latency', 'pipeline'"),
-    (["graph=/nonexistent/g.json"], "is not a file or a shipped graph"),
+    (["graph=/nonexistent/g.json"], "is not a file, a directory or a shipped graph"),
     (["devices=file"], "brings no device set"),
     (["devices=ramp_block", "devices.servers=5"], "field 'devices.servers': must be a block size"),
     (["devices=gpu4", "devices.groups=[{kind: gpu, count: 0}]"], "devices.groups[0].count"),
@@ -203,7 +203,7 @@ def test_a_zero_time_limit_is_refused(capsys: pytest.CaptureFixture[str], tmp_pa
 
 
 def test_validate_wraps_graph_reader_errors() -> None:
-    with pytest.raises(WorkloadError, match="not a file or a shipped graph"):
+    with pytest.raises(WorkloadError, match="not a file, a directory or a shipped graph"):
         load_graph("no_such_graph")
 
 

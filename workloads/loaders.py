@@ -344,11 +344,20 @@ def load_compute_graph(spec: str | Path) -> ComputeGraph:
     or a file in any format, recognised by its content (see :func:`detect_graph_format`):
     dnn-partitioning and pacml JSON version 2 files keep their per-kind times, groups, backward
     nodes and edge costs; PipeDream and version-1 files load as training graphs (forward ops and
-    their backward mirrors) on the physical clock."""
+    their backward mirrors) on the physical clock. A directory is read as ``pacml-sim``'s
+    ``workload.graphs`` reads one (:func:`resolve_graph_paths`: its ``*.json`` and ``graph.txt``
+    files, e.g. a PipeDream model folder) and must hold exactly one graph."""
     text = str(spec)
     shipped = shipped_placement_graphs()
     path = shipped.get(text, Path(text).expanduser())
+    if path.is_dir():
+        files = resolve_graph_paths(path)
+        if len(files) > 1:
+            shown = ", ".join(str(f.relative_to(path)) for f in files[:4]) + (", ..." if len(files) > 4 else "")
+            raise WorkloadError(f"directory holds {len(files)} graph files ({shown}); name one of them",
+                                path=path, field="graph")
+        path = files[0]
     if not path.is_file():
-        raise WorkloadError(f"graph {text!r} is not a file or a shipped graph "
+        raise WorkloadError(f"graph {text!r} is not a file, a directory or a shipped graph "
                             f"(shipped: {', '.join(sorted(shipped))})", field="graph")
     return compute_graph_of(detect_graph_format(path))

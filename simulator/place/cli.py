@@ -7,7 +7,8 @@ Examples::
     pacml-place -m graph=resnet50,vgg16 method=single,round_robin,random devices=gpu4
     pacml-place graph=resnet50 method=file method.path=placement.json
 
-Config (``conf/place.yaml``): ``graph`` (a shipped name or a file), ``devices`` (a preset of
+Config (``conf/place.yaml``): ``graph`` (a shipped name, a file, or a directory holding one graph
+file, e.g. a PipeDream model folder, read as ``pacml-sim`` reads ``workload.graphs``), ``devices`` (a preset of
 ``conf/devices/``; ``auto``, the default, is a dnn-partitioning file's own device set, else
 ``gpu4``; ``file`` insists on the file's own; ``ramp_block`` is the servers of one RAMP block),
 ``objective`` (``step`` | ``latency`` | ``pipeline``), ``method`` (a placer of ``conf/method/``,

@@ -447,6 +447,16 @@ def build_inner(inner: Any, inner_args: Mapping[str, Any] | None = None) -> Any:
     return inner
 
 
+#: Inner results that hold for the coarse graph only (clusters placed whole): renamed so that an
+#: inner DP's ``optimal: true`` or a MIP's bound is not read as one of the fine graph.
+_COARSE_ONLY = ("optimal", "optimal_for", "best_bound_s", "gap", "status")
+
+
+def _coarse_scope(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with the keys of :data:`_COARSE_ONLY` prefixed ``coarse_graph_``."""
+    return {f"coarse_graph_{k}" if k in _COARSE_ONLY else k: v for k, v in info.items()}
+
+
 class CoarsenedPlacer:
     """Coarsen, place the clusters with an inner placer, refine on the fine graph (module docstring).
 
@@ -488,6 +498,13 @@ class CoarsenedPlacer:
                                   field="method.inner_args")
         self.inner_name = inner if isinstance(inner, str) else getattr(inner, "name", type(inner).__name__)
         self.inner = build_inner(inner, inner_args)
+
+    def check(self, objective: BoundObjective) -> None:
+        """The inner placer's check of the objective (``method.inner=dp`` or ``mip``: pipeline only),
+        before any work; the inner placer sees the same objective on the coarse graph."""
+        hook = getattr(self.inner, "check", None)
+        if callable(hook):
+            hook(objective)
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Coarsen ``objective.graph``, place the clusters, refine; the result is a fine placement."""
@@ -536,7 +553,7 @@ class CoarsenedPlacer:
                 refined_value = min(climbed, coarse_value)
         refine_s = time.perf_counter() - t1
         info = {"clusters": c.num_clusters, "fine_groups": g.num_groups, "coarsen_method": self.method,
-                "acyclic": c.acyclic, "view": view, "inner": self.inner_name, "inner_info": res.info,
+                "acyclic": c.acyclic, "view": view, "inner": self.inner_name, "inner_info": _coarse_scope(res.info),
                 "inner_evaluations": inner_obj.evaluations, "coarse_value_s": coarse_value,
                 "refined_value_s": refined_value, "refine_evaluations": used, "boundary_groups": int(len(movable)),
                 "coarsen_s": c.wall_s, "inner_s": inner_s, "refine_s": refine_s,

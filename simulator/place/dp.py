@@ -30,6 +30,15 @@ receiving device), as in dnn-partitioning files. A PipeDream training graph's ba
 a different gradient to each predecessor; the DP then prices every node by its largest output and
 reports ``info["optimal"] = False``.
 
+Only the ``pipeline`` objective is accepted: ``objective=step`` or ``latency`` is refused in one
+line (field ``objective``), as the MIP refuses it. A contiguous split that minimises the slowest
+stage says nothing about one step's makespan or a forward pass's latency (a split serialises the
+stages and adds the transfers, so it is usually no faster than one device), so a result labelled
+with the DP's name there would read as an optimum it is not; to price the DP's split under another
+objective, re-price its ``placement.json`` with ``method=file``. ``info["optimal"]`` is true only
+for a proven optimum, and ``info["optimal_for"]`` then says of what: the pipeline objective
+among contiguous splits (the MIP, which need not be contiguous, can go lower).
+
 The number of ideals can explode on wide graphs (Inception-v3 layer graphs). ``max_states`` caps
 the ideals and ``max_pairs`` the (ideal, sub-ideal) pairs the DP visits; past a cap the placer
 raises a one-line error, or, with ``fallback`` set, logs why and returns the fallback's placement
@@ -459,8 +468,20 @@ class DPPlacer:
         self.max_pairs = max_pairs
         self.fallback = fallback
 
+    def check(self, objective: BoundObjective) -> None:
+        """Refuse an objective other than ``pipeline`` before any work (see module docstring).
+
+        Raises:
+            ConfigError: (field ``objective``) the objective is ``step`` or ``latency``.
+        """
+        if not isinstance(objective, PipelineObjective):
+            raise ConfigError(f"method dp optimises the pipeline objective only, not {objective.name!r} (use "
+                              "objective=pipeline; to price its split under another objective, re-price its "
+                              "placement.json with method=file)", field="objective")
+
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Solve the DP on ``objective.graph`` and ``objective.devices`` (prices with ``pipeline``)."""
+        """Solve the DP on ``objective.graph`` and ``objective.devices`` (``pipeline`` only: :meth:`check`)."""
+        self.check(objective)
         t0 = time.perf_counter()
         try:
             return timed(objective, lambda: self._solve(objective))
@@ -479,9 +500,6 @@ class DPPlacer:
     def _solve(self, objective: BoundObjective) -> PlacerResult:
         g, dev = objective.graph, objective.devices
         cpus, accs = _dp_devices(objective)
-        pipeline = objective if isinstance(objective, PipelineObjective) else PipelineObjective(g, dev)
-        if pipeline is not objective:
-            log.info("dp: optimises the pipeline objective; the placement is priced by %s", objective.name)
         send_s, uniform_outputs = _node_send_time_s(objective)
         zeros = np.zeros(g.num_nodes)
         acc_time = objective.time_s[:, accs[0]] if accs else np.full(g.num_nodes, np.inf)
@@ -512,7 +530,9 @@ class DPPlacer:
         best = float(dp[c, k, i])
         info: dict[str, Any] = {"dp_states": m, "dp_pairs": int(pairs), "dp_nodes": cg.num_nodes,
                                 "dp_merged_zero_nodes": cg.merged_zero, "dp_artificial_nodes": cg.artificial,
-                                "optimal": uniform_outputs, "dp_value_s": best}
+                                "optimal": uniform_outputs and math.isfinite(best), "dp_value_s": best}
+        if info["optimal"]:
+            info["optimal_for"] = "pipeline objective, among contiguous splits"
         if not uniform_outputs:
             info["note"] = ("edges out of some nodes carry different sizes; each node priced by its largest "
                             "output, so the split is the DP's best under that bound, not a proven optimum")
@@ -533,7 +553,7 @@ class DPPlacer:
                 c -= 1
             i = j
         placement = placement_of_class[cg.owner]
-        check = pipeline._value(placement)
+        check = objective._value(placement)
         if not math.isclose(check, best, rel_tol=1e-6, abs_tol=1e-12):
             raise AssertionError(f"dp: table value {best!r} differs from the objective's {check!r}")
         info["parts"] = int(len(np.unique(placement)))

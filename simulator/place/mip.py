@@ -85,11 +85,19 @@ class MipPlacer:
                                   field="method.warm_start") from None
         self.warm_start = warm_start
 
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Solve the MIP; return its best placement and the bound it proved."""
+    def check(self, objective: BoundObjective) -> None:
+        """Refuse an objective other than ``pipeline`` before any work.
+
+        Raises:
+            ConfigError: (field ``objective``) the objective is ``step`` or ``latency``.
+        """
         if not isinstance(objective, PipelineObjective):
             raise ConfigError(f"the MIP models the pipeline objective only, not {objective.name!r}",
                               field="objective")
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Solve the MIP; return its best placement and the bound it proved."""
+        self.check(objective)
         return timed(objective, lambda: self._run(objective, seed))
 
     # ------------------------------------------------------------------ warm start
@@ -142,15 +150,33 @@ class MipPlacer:
         gap = max(0.0, (value - bound_s) / value) if math.isfinite(value) and value > 0 else \
             (0.0 if value == 0 else math.inf)
         result_info = {
-            "value_s": value, "best_bound_s": bound_s, "gap": gap, "status": status,
+            "value_s": value, "best_bound_s": bound_s, "gap": gap, "status": _status(status, model.exact, gap),
             "solver_time_s": float(h.getRunTime()), "nodes": int(info.mip_node_count),
             "model_exact": model.exact, "placement_from": source, "warm_start_value_s": warm_value,
             "columns": int(model.lp.num_col_), "rows": int(model.lp.num_row_),
             "time_limit_s": self.time_limit_s, "contiguous": "not required (may beat the contiguous DP)"}
         if status == "Infeasible":
             result_info["infeasible"] = "no placement fits the devices' memory"
-        log.info("mip: %.6g s, bound %.6g s, gap %.3g%%, %s", value, bound_s, 100 * gap, status)
+        log.info("mip: %.6g s, bound %.6g s, gap %.3g%%, %s", value, bound_s, 100 * gap, result_info["status"])
         return PlacerResult(np.asarray(placement, dtype=np.int64), info=result_info)
+
+
+#: Largest relative gap still called a proven optimum (the solver's own tolerances are this fine).
+PROVEN_GAP = 1e-6
+
+
+def _status(solver_status: str, exact: bool, gap: float) -> str:
+    """The solver's status in words that claim an optimum only where one is proven.
+
+    HiGHS says ``Optimal`` when it stops within ``mip_gap`` of its own model's bound; that model is
+    a relaxation when ``exact`` is false, and ``mip_gap`` is 0.1 % by default, so its word alone
+    could call a placement optimal that is not proven to be.
+    """
+    if solver_status != "Optimal" or (exact and gap <= PROVEN_GAP):
+        return solver_status
+    if not exact:
+        return f"relaxed model solved; the placement is within {gap:.3g} of the bound (not proven best)"
+    return f"stopped within mip_gap; the placement is within {gap:.3g} of the bound (not proven best)"
 
 
 _banner_shown = False
