@@ -181,8 +181,9 @@ def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     extra = [c for c in group_columns(matching) if c not in ("beta", "policy")]
     keys = ["beta", "policy", *extra]
     stats = aggregate(matching, keys, ["blocking_rate", "demand_throughput_Bps"])
-    variants = {p: [tuple(v) for v in matching.loc[matching["policy"] == p, extra].drop_duplicates()
-                    .itertuples(index=False, name=None)] or [()] for p in matching["policy"].unique()}
+    variants = {p: list(dict.fromkeys(matching.loc[matching["policy"] == p, extra]
+                                      .itertuples(index=False, name=None))) or [()]
+                for p in matching["policy"].unique()}
     policies = list(dict.fromkeys([*PAPER_POLICY_LABELS, *ordered_policies(matching["policy"])]))
     rows = []
     for beta in sorted(matching["beta"].unique()):
