@@ -269,6 +269,7 @@ def main() -> None:
         graph = dict(corpus("train", synthetic=0))[name]
         graphs, pairs = [], [(name, graph, "file" if args.part == "pipeline" else "cpu_gpu")]
     check_held_out(graphs)
+    commit = _commit()  # at the start: HEAD may move while a long run goes on
     t0 = time.perf_counter()
     rows = []
     for name, graph, dev in pairs:
@@ -280,7 +281,7 @@ def main() -> None:
         rows.append(row)
         print(name, dev, {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row["summary"].items()
                           if not isinstance(v, list)}, flush=True)
-    result = {"part": args.part, "commit": _commit(), "checkpoint": CHECKPOINT[args.part], "seeds": list(SEEDS),
+    result = {"part": args.part, "commit": commit, "checkpoint": CHECKPOINT[args.part], "seeds": list(SEEDS),
               "budget": BUDGET, "wall_s": time.perf_counter() - t0, "summary": overall(rows, args.part), "rows": rows}
     atomic_write_json(args.json, result)
     atomic_write_text(args.json.with_suffix(".csv"), csv_text(rows, args.part))
