@@ -669,17 +669,10 @@ class AdaptivePolicy:
                 isinstance(c, str) for c in condition_critics)):
             raise ConfigError(f"must be a list of critic names or paths, got {condition_critics!r}",
                               field="policy.condition_critics")
-        self._condition_critics: list[Any] = []
-        if condition_critics:
-            if weights.reference is None:
-                raise ConfigError(f"{checkpoint} holds no reference conditions (saved before them), so its "
-                                  "condition critics cannot be placed: set policy.condition_critics=null",
-                                  field="policy.condition_critics")
-            from pacml.critic import ConditionCritic
-
-            spread = weights.reference.std(axis=0)
-            self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)
-                                       for name in condition_critics]
+        if condition_critics and weights.reference is None:
+            raise ConfigError(f"{checkpoint} holds no reference conditions (saved before them), so its "
+                              "condition critics cannot be placed: set policy.condition_critics=null",
+                              field="policy.condition_critics")
         #: Decisions the condition critics changed in the current episode, and those they saw.
         self.condition_critic_changed = 0
         self.condition_critic_seen = 0
@@ -759,6 +752,14 @@ class AdaptivePolicy:
         # The window the selector was trained with (checkpoints before the option: 64).
         self.tracker = ConditionTracker(int(self.meta.get("train_config", {}).get("window", WINDOW)))
         self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
+        # The critics load torch (seconds): only once every plain setting above has been checked.
+        self._condition_critics: list[Any] = []
+        if condition_critics:
+            from pacml.critic import ConditionCritic
+
+            spread = weights.reference.std(axis=0)
+            self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)
+                                       for name in condition_critics]
         self._critic: Any = None
         self._critic_servers = 0
         if critic is not None:
@@ -791,6 +792,29 @@ class AdaptivePolicy:
         self.warmup_jobs = shadow_warmup
         # _discordant[i, j]: jobs exactly one of shadows i and j blocked.
         self._discordant = np.zeros((0, 0), dtype=np.int64)
+
+    @classmethod
+    def check_config(cls, node: dict[str, Any], topology: Any) -> None:
+        """Preflight (``simulator.build.check_buildable``): the checkpoint and critic files exist and every
+        plain setting passes ``__init__``'s checks, without reading the arrays or importing torch for
+        the critics, so a bad value fails in a second."""
+        from pacml.policy import _resolve
+        from simulator.errors import ConfigError
+
+        args = {k: v for k, v in node.items() if not k.startswith("_")}
+        if args.get("checkpoint") is not None:
+            _resolve(args["checkpoint"], "adaptive.npz", "adaptive", "policy.checkpoint")
+        if args.get("critic") is not None:
+            _resolve(args["critic"], "critic.pt", "critic", "policy.critic")
+        names = args.get("condition_critics")
+        if names is not None and (isinstance(names, str) or not all(isinstance(c, str) for c in names)):
+            raise ConfigError(f"must be a list of critic names or paths, got {names!r}",
+                              field="policy.condition_critics")
+        for name in names or ():
+            _resolve(name, "critic.pt", "critic", "policy.condition_critics")
+        stand_in = SelectorWeights([], np.zeros((1, CONDITION_FEATURES), dtype=np.float32))
+        cls(**{**args, "checkpoint": args.get("checkpoint") or "checkpoint", "weights": stand_in,
+               "critic": None, "condition_critics": None})
 
     def reset(self, seed: int | None = None) -> None:
         """A new episode: forget the arrivals seen and the shadows."""

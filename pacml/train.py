@@ -27,10 +27,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pacml.ppo import CHECKPOINT, PREVIOUS_CHECKPOINT, PPOConfig, Trainer
-from pacml.runfiles import load_run_config
+from pacml.ppo_config import PPOConfig
+from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
 from simulator.build import instantiate_checked
-from simulator.cli import HydraCommand, preflight, report_user_errors
+from simulator.cli import HydraCommand, fail, preflight, report_user_errors
 from simulator.errors import ConfigError
 from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
 from workloads.io import atomic_write_text
@@ -125,6 +125,8 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
         started_at: ``perf_counter()`` value the session's time budget counts from (default: when
             the trainer is created).
     """
+    from pacml.ppo import Trainer  # lazy: torch
+
     resume = cfg.get("resume")
     changed: list[str] = []
     if resume:
@@ -177,8 +179,33 @@ def _hydra_main(cfg: DictConfig) -> None:
                                                        started_at))
 
 
+#: Keys of ``conf/sim.yaml`` that ``pacml-train`` composes but never reads: set on its command line, they
+#: would be silently ignored, so they are refused (key -> what to do instead).
+SIM_ONLY_KEYS = {
+    "policy": "it trains its own agent, set in the ppo section",
+    "experiment": "experiments preset pacml-sim sweeps",
+    "out_dir": "it writes into hydra.run.dir=DIR",
+    "skip_finished": "resume a run with resume=RUN",
+    "max_arrivals": "training episodes are not checked against it",
+    "max_estimated_hours": "set ppo.time_budget_s",
+    "max_estimated_memory_gb": "training episodes are not checked against it",
+}
+
+
+def refuse_sim_only_keys(argv: list[str]) -> None:
+    """One line and exit 2 for an override of a :data:`SIM_ONLY_KEYS` key (which training ignores)."""
+    for arg in argv:
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):
+            continue
+        key = arg.split("=", 1)[0].lstrip("+~")
+        top = key.split(".", 1)[0].split("@", 1)[0]
+        if top in SIM_ONLY_KEYS:
+            fail(PROG, f"{arg!r}: pacml-train would ignore {top}, a pacml-sim setting ({SIM_ONLY_KEYS[top]})")
+
+
 def main() -> None:
     """Console entry point (``pacml-train``)."""
+    refuse_sim_only_keys(sys.argv[1:])
     preflight(COMMAND, sys.argv[1:])
     _hydra_main()
 

@@ -586,6 +586,28 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     assert out.split() == ["policy.checkpoint", "False", "True"]
 
 
+@pytest.mark.parametrize(("command", "args"), [
+    ("simulator.run", ["policy=pacml", "policy.block_search=-1"]),
+    ("simulator.run", ["policy=pacml", "policy.condition_critics=[nope]"]),
+    ("simulator.run", ["policy=pacml_beta", "beta=uniform"]),
+    ("pacml.train", ["ppo.total_steps=0"]),
+    ("pacml.train", ["nokey=1"]),
+    ("pacml.train", ["policy.block_search=-1"]),  # pacml-sim's: training would ignore it
+])
+def test_a_config_error_is_reported_before_torch_is_imported(command: str, args: list[str]) -> None:
+    """torch takes seconds to import: a bad value must be one line (exit 2) before it."""
+    out = _fresh_python(
+        "import sys\n"
+        f"sys.argv = ['prog', *{args!r}]\n"
+        f"from {command} import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'torch' in sys.modules)\n"
+    )
+    assert out.split() == ["2", "False"]
+
+
 def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
     """Tiny per-decision tensors: a second intra-op thread only waits (3-4x slower on a busy host)."""
     cfg = compose_sim_config([*SHORT, "policy=pacml_beta"])
