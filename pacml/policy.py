@@ -184,6 +184,11 @@ class PacMLPolicy:
             if checkpoint is None:
                 raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
             model, encoder, self.meta = load_policy(checkpoint)
+            best, rule = self.meta.get("best_val_blocking_rate"), self.meta.get("teacher_val_blocking_rate")
+            if isinstance(best, float) and isinstance(rule, float) and best > rule:
+                log.warning("%s validated at %.4f blocking, worse than its warm-start rule min_feasible(%s) at %.4f "
+                            "(its train_summary.json: worse_than_teacher)", checkpoint, best,
+                            self.meta.get("teacher_min_degree"), rule)
         else:
             self.meta = {}
         assert encoder is not None

@@ -182,6 +182,8 @@ class Trainer:
         self.best_val = math.inf
         self.warmstarted = False
         self.teacher_min_degree: int | None = None  # the warm-start rule's k (planners reuse it)
+        #: The warm-start rule's validation blocking rate (same episodes as the agent's validations).
+        self.teacher_val: float | None = None
         self.history: list[dict[str, float]] = []
         self.phase_s: dict[str, float] = {}  # wall time per phase, summed over sessions
         self.timing: dict[str, float] = {}  # last measured update_s, eval_s, save_s (budget planning)
@@ -527,6 +529,7 @@ class Trainer:
                 "elapsed_s": self.elapsed_s, "best_val": self.best_val, "history": self.history,
                 "phase_s": self.phase_s, "timing": self.timing,
                 "warmstarted": self.warmstarted, "teacher_min_degree": self.teacher_min_degree,
+                "teacher_val": self.teacher_val,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "torch_rng": torch.get_rng_state(), "np_rng": self.rng.bit_generator.state,
                 "envs": [env.snapshot() for env in self.envs], "graph_keys": list(self.graph_ids),
@@ -595,6 +598,7 @@ class Trainer:
         self.timing = dict(state.get("timing", {}))
         self.warmstarted = state.get("warmstarted", False)
         self.teacher_min_degree = state.get("teacher_min_degree")
+        self.teacher_val = state.get("teacher_val")
         # This session's time counts on top of the earlier sessions'.
         self._origin = self._session_start - self.elapsed_s
         self._checkpoint_good = path.resolve() == (self.out / CHECKPOINT).resolve()
@@ -631,7 +635,8 @@ class Trainer:
 
     def _meta(self) -> dict[str, Any]:
         return {"update": self.update, "global_step": self.global_step, "best_val_blocking_rate": self.best_val,
-                "teacher_min_degree": self.teacher_min_degree, "ppo": asdict(self.cfg)}
+                "teacher_min_degree": self.teacher_min_degree, "teacher_val_blocking_rate": self.teacher_val,
+                "ppo": asdict(self.cfg)}
 
     def _log(self, row: dict[str, float]) -> None:
         self.history.append(row)
@@ -674,6 +679,7 @@ class Trainer:
             return
         self.warmstarted = True
         self.teacher_min_degree = teacher.min_degree
+        self.teacher_val = scores[teacher.min_degree]
         row = {"update": 0, "global_step": 0, **stats,
                "warmstart/teacher_min_degree": float(teacher.min_degree),
                "warmstart/teacher_val_blocking_rate": scores[teacher.min_degree]}
@@ -705,7 +711,7 @@ class Trainer:
         deadline = self._final_deadline()
         if cfg.warmstart and self.update == 0 and not self.warmstarted:
             self._warm_start_phase(deadline)
-        bar = tqdm(total=cfg.total_steps, initial=self.global_step, disable=not progress, unit="step",
+        bar = tqdm(total=self._planned_steps(), initial=self.global_step, disable=not progress, unit="step",
                    desc="pacml-train", mininterval=1.0)
         stopped_by = "total_steps"
         while self.global_step < cfg.total_steps:
@@ -744,9 +750,12 @@ class Trainer:
             if self.update % cfg.checkpoint_every == 0:
                 with self._phase("checkpoints"):
                     self.save_checkpoint()
+            bar.total = self._planned_steps()
             bar.update(self.global_step - bar.n)
             bar.set_postfix(block=f"{row.get('charts/blocking_rate', float('nan')):.3f}",
-                            val=f"{self.best_val:.3f}", sps=f"{row['charts/SPS']:.0f}")
+                            val=f"{self.best_val:.3f}" if math.isfinite(self.best_val) else "-",
+                            sps=f"{row['charts/SPS']:.0f}")
+        bar.total = bar.n  # where the run ended is its whole budget
         bar.close()
         with self._phase("checkpoints"):
             if self._saved_update != self.update:  # else the last one is current, and kept as prev
@@ -757,9 +766,15 @@ class Trainer:
             self._writer.close()
         self.elapsed_s = self.elapsed()
         phases = {k: round(v, 3) for k, v in self.phase_s.items()}
+        # Worse than the rule it was warm-started from, on the same validation episodes (None: no teacher
+        # or no validation to compare).
+        worse = (None if self.teacher_val is None or not math.isfinite(self.best_val)
+                 else self.best_val > self.teacher_val)
         summary = {"updates": self.update, "global_step": self.global_step, "wall_s": self.elapsed_s,
                    "best_val_blocking_rate": self.best_val, "time_budget_s": cfg.time_budget_s,
-                   "stopped_by": stopped_by, "warmstarted": self.warmstarted, "phases_s": phases}
+                   "stopped_by": stopped_by, "warmstarted": self.warmstarted, "phases_s": phases,
+                   "teacher_min_degree": self.teacher_min_degree, "teacher_val_blocking_rate": self.teacher_val,
+                   "worse_than_teacher": worse}
         # Strict JSON: no validation ran (a budget too short for one) is null, not Infinity.
         finite = math.isfinite(self.best_val)
         atomic_write_text(self.out / "train_summary.json",
@@ -767,10 +782,30 @@ class Trainer:
                                      indent=2) + "\n")
         if not finite:
             log.warning("no validation ran within the budget: policy.pt is the last policy, not a validated one")
+        if worse:
+            log.warning("policy.pt validates at %.4f blocking, worse than its warm-start rule min_feasible(%d) at "
+                        "%.4f on the same episodes: it is no better than that rule (train longer with "
+                        "ppo.time_budget_s, or run the rule: pacml-sim policy=min_feasible +policy.min_degree=%d)",
+                        self.best_val, self.teacher_min_degree, self.teacher_val, self.teacher_min_degree)
         log.info("stopped by %s after %.1f s (budget %s); phases (s): %s", stopped_by, self.elapsed_s,
                  "none" if cfg.time_budget_s is None else f"{cfg.time_budget_s:g} s",
                  ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
         return summary
+
+    def _planned_steps(self) -> int | None:
+        """The step the run will stop at: ``total_steps``, or fewer where the time budget ends first
+        (projected from the last update's, validation's and save's durations); ``None`` (no total
+        shown) while no update has been timed under a budget."""
+        cfg = self.cfg
+        if cfg.time_budget_s is None:
+            return cfg.total_steps
+        update_s = self.timing.get("update_s")
+        if not update_s:
+            return None
+        per_update_s = (update_s + self.timing.get("eval_s", 0.0) / cfg.eval_every
+                        + self.timing.get("save_s", 0.0) / cfg.checkpoint_every)
+        updates = max(0, math.floor((self._final_deadline() - time.perf_counter()) / per_update_s))
+        return min(cfg.total_steps, self.global_step + updates * cfg.batch_size)
 
     def _validate(self, row: dict[str, float], deadline: float) -> None:
         """Run the scheduled validation into ``row`` if it fits before ``deadline``; keep the best

@@ -17,6 +17,7 @@ composed config. A resumed session writes into the run's own directory (its Hydr
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -164,8 +165,10 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
     else:
         atomic_write_text(out_dir / "train_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     summary = trainer.train(progress=bool(cfg.get("progress", True)))
-    log.info("trained %d steps in %.0f s; best validation blocking rate %.4f -> %s",
-             summary["global_step"], summary["wall_s"], summary["best_val_blocking_rate"], out_dir / "policy.pt")
+    best = summary["best_val_blocking_rate"]
+    log.info("trained %d steps in %.0f s; best validation blocking rate %s -> %s", summary["global_step"],
+             summary["wall_s"], f"{best:.4f}" if math.isfinite(best) else "none (no validation ran)",
+             out_dir / "policy.pt")
     return summary
 
 

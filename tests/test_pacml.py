@@ -269,6 +269,47 @@ def test_time_budget_covers_the_warm_start_and_leaves_time_for_ppo(
     assert resumed.remaining_work() is not None and "time_budget_s=4" in resumed.remaining_work()
 
 
+def test_a_run_worse_than_its_warm_start_says_so_in_its_log_and_summary(
+        short_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An imitation too short to learn its teacher (one epoch at lr 1e-9: the agent is its random start)
+    validates far above the rule's 0.274 on the same episodes; the run says so, and so does loading it."""
+    import json
+    import logging
+
+    cfg = _tiny_ppo(eval_every=1, warmstart="auto", warmstart_candidates=[1, 16], warmstart_episodes=1,
+                    warmstart_epochs=1, warmstart_lr=1e-9, eval_seeds=[7, 8])
+    with caplog.at_level(logging.INFO, logger="pacml.ppo"):
+        summary = Trainer(short_config, cfg, tmp_path).train(progress=False)
+    saved = json.loads((tmp_path / "train_summary.json").read_text())
+    assert saved["teacher_min_degree"] == 16 and saved["teacher_val_blocking_rate"] == pytest.approx(17 / 62)
+    assert saved["best_val_blocking_rate"] > saved["teacher_val_blocking_rate"] + 0.1, saved
+    assert saved["worse_than_teacher"] is True and summary["worse_than_teacher"] is True
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("worse than its warm-start rule min_feasible(16) at 0.2742" in w
+               and "policy=min_feasible +policy.min_degree=16" in w for w in warnings), warnings
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pacml.policy"):
+        PacMLPolicy(str(tmp_path / "policy.pt"))
+    assert "worse than its warm-start rule min_feasible(16)" in caplog.text
+    # Without a warm start there is nothing to compare with: null, not false.
+    plain = Trainer(short_config, _tiny_ppo(eval_every=1), tmp_path / "plain").train(progress=False)
+    assert plain["worse_than_teacher"] is None and plain["teacher_val_blocking_rate"] is None
+
+
+def test_the_progress_bar_counts_to_the_budget_the_run_will_use(
+        short_config, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A 3 s budget with total_steps=10**9 ends near 10**2-10**4 steps: the bar must not count to 10**9,
+    it must end full, and it shows no validation value before any validation ran."""
+    cfg = _tiny_ppo(total_steps=10**9, time_budget_s=3.0, eval_every=10**6)
+    summary = Trainer(short_config, cfg, tmp_path).train(progress=True)
+    bar = capsys.readouterr().err
+    assert summary["stopped_by"] == "time_budget" and summary["updates"] > 0
+    assert "1000000000" not in bar and "1.00e+9" not in bar and "val=inf" not in bar, bar
+    steps = summary["global_step"]
+    assert f"{steps}/{steps} [" in bar.replace("\r", "\n").strip().splitlines()[-1], bar
+    assert "val=-" in bar
+
+
 @pytest.mark.parametrize("frac", [0, -0.5, 1.5, float("nan"), True, "half"])
 def test_a_bad_warm_start_share_is_refused(short_config, tmp_path: Path, frac) -> None:
     from simulator.errors import ConfigError
