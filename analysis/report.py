@@ -495,7 +495,8 @@ def placement_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per problem and method: mean value over seeds, speed-up over the single device
     and over every other method run on the same problem (``vs_<method>``: its value over ours)."""
     grouped = (runs.groupby([*PLACEMENT_KEYS, "method"], sort=False)
-               .agg(n=("seed", "size"), value_ms=("value_ms", "mean"), feasible=("feasible", "all"),
+               .agg(graph_name=("graph_name", "first"), n=("seed", "size"), value_ms=("value_ms", "mean"),
+                    feasible=("feasible", "all"),
                     single_device=("single_device", "first"), single_ms=("single_device_value_s", "first"),
                     method_wall_s=("method_wall_s", "mean"), evaluations=("evaluations", "mean"))
                .reset_index())
@@ -511,11 +512,23 @@ def placement_table(runs: pd.DataFrame) -> pd.DataFrame:
     return grouped
 
 
-def graph_names(graphs: pd.Series) -> dict[str, str]:
-    """Each ``graph=`` value's display name: its file or folder name without ``.json`` (a shipped
-    graph's name as is); when two paths give one name, the path (so rows stay apart)."""
+def graph_names(graphs: pd.Series, recorded: pd.Series | None = None) -> dict[str, str]:
+    """Each ``graph=`` value's display name: the graph's name as its run recorded it
+    (``recorded``, summary.json's ``graph_name``), else its file name without ``.json`` (a
+    ``graph.txt``'s folder name, a shipped graph's name as is); when two paths give one name,
+    the path (so rows stay apart)."""
     values = list(dict.fromkeys(str(g) for g in graphs))
-    short = {g: (Path(g).stem if Path(g).suffix.lower() == ".json" else Path(g).name) or g for g in values}
+    given = {} if recorded is None else {str(g): str(n) for g, n in zip(graphs, recorded, strict=True) if n}
+
+    def name_of(graph: str) -> str:
+        path = Path(graph)
+        if graph in given:
+            return given[graph]
+        if path.name == "graph.txt":
+            return path.parent.name or graph
+        return (path.stem if path.suffix.lower() == ".json" else path.name) or graph
+
+    short = {g: name_of(g) for g in values}
     counts = pd.Series(list(short.values())).value_counts()
     return {g: (n if counts[n] == 1 else g) for g, n in short.items()}
 
@@ -537,7 +550,7 @@ def plot_placement_speedups(table: pd.DataFrame) -> Figure:
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     finite = [h for h in index.tolist() if math.isfinite(h)]
     ax.set_ylim(0, max([1.0, *finite]) * 1.25)  # room for the legend above the bars
-    names = graph_names(table["graph"])
+    names = graph_names(table["graph"], table["graph_name"] if "graph_name" in table.columns else None)
     ax.set_xticks(range(len(problems)), [f"{names[g]}\n{d}, {o}" for g, d, o in problems],
                   rotation=30 if len(problems) > 4 else 0, fontsize=8)
     ax.set_ylabel("speed-up over the single fastest device")
@@ -558,7 +571,7 @@ def build_placement_report(sweep: Path, out_dir: str | Path | None = None) -> Pa
     atomic_write_text(out / "tables" / "placement_summary.csv", table.to_csv(index=False))
     save_figure(plot_placement_speedups(table), out / "figures", "placement_speedups")
     methods = list(dict.fromkeys(runs["method"]))
-    names = graph_names(runs["graph"])
+    names = graph_names(runs["graph"], runs["graph_name"])
     paths = [g for g in dict.fromkeys(runs["graph"]) if names[g] != g]
     lines = [f"# Op placement report: {sweep.name}", "", f"- Sweep directory: `{sweep}`",
              f"- Runs: {len(runs)}", f"- Graphs: {', '.join(_md_text(names[g]) for g in dict.fromkeys(runs['graph']))}"

@@ -476,7 +476,8 @@ def load_placement_sweep(sweep_dir: str | Path) -> pd.DataFrame:
     Columns: ``run_dir``, :data:`PLACEMENT_COLUMNS` (``devices_choice`` is the preset name, e.g.
     ``gpu4``), ``devices`` (the set described), ``value_s``, ``value_ms``, ``feasible``,
     ``reason``, ``single_device``, ``single_device_value_s``, ``speedup_vs_single``,
-    ``method_wall_s``, ``evaluations``, ``gantt`` (chart file names). A run whose
+    ``method_wall_s``, ``evaluations``, ``gantt`` (chart file names), ``graph_name`` (the graph's own
+    name; "" if the run did not record it). A run whose
     ``summary.json`` is unreadable or lacks these is skipped with one warning.
     """
     rows = []
@@ -493,7 +494,7 @@ def load_placement_sweep(sweep_dir: str | Path) -> pd.DataFrame:
             rows.append(_placement_row(run, summary))
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("skipping %s: summary.json is not a pacml-place summary (%s)", run, _one_line(exc))
-    columns = ["run_dir", *PLACEMENT_COLUMNS, "devices", "value_s", "value_ms", "feasible", "reason",
+    columns = ["run_dir", *PLACEMENT_COLUMNS, "graph_name", "devices", "value_s", "value_ms", "feasible", "reason",
                "single_device", "single_device_value_s", "speedup_vs_single", "method_wall_s", "evaluations", "gantt"]
     if not rows:
         return pd.DataFrame(columns=columns)
@@ -535,6 +536,7 @@ def _placement_row(run: Path, s: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "run_dir": str(run),
         "graph": str(s["graph"]),
+        "graph_name": str(s.get("graph_name") or ""),
         "devices_choice": choice + _group_overrides(run, "devices"),
         "objective": str(s["objective"]),
         "method": str(s["method"]) + _group_overrides(run, "method"),

@@ -18,7 +18,6 @@ from analysis.plots import (
     plot_jct_cdf,
     plot_policy_bars,
     plot_utilisation_timeline,
-    policy_styles,
     run_time_units,
     save_figure,
     time_average,

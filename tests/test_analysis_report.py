@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from analysis.plots import POLICY_ORDER, plot_blocking_vs_load, policy_styles
-from analysis.report import build_report
+from analysis.report import build_report, graph_names
 from analysis.runs import group_columns, load_sweep
 from simulator.run import COMMAND, policy_name, run_config
 from tests.conftest import CONF_DIR
@@ -176,3 +176,13 @@ def test_placement_report_escapes_links_and_names_graphs(tmp_path: Path) -> None
     from urllib.parse import unquote
     assert ((tmp_path / "report") / unquote(link[1:-1])).resolve() == (run / "gantt.png").resolve()
     assert (tmp_path / "report" / "figures" / "placement_speedups.csv").is_file()
+
+
+def test_graph_names_are_names_not_paths() -> None:
+    graphs = pd.Series(["resnet18", "/x/nets/a.json", "/data/pipedream/gnmt/graph.txt", "/p/b.json", "/q/b.json",
+                        "/r/c.json"])
+    recorded = pd.Series(["resnet18", "", "", "", "", "my_c"])
+    assert graph_names(graphs, recorded) == {
+        "resnet18": "resnet18", "/x/nets/a.json": "a", "/data/pipedream/gnmt/graph.txt": "gnmt",
+        "/p/b.json": "/p/b.json", "/q/b.json": "/q/b.json",  # one name, two graphs: the paths keep them apart
+        "/r/c.json": "my_c"}
