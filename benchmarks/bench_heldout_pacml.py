@@ -401,16 +401,20 @@ def print_tables(summary: dict[str, Any]) -> None:
         print()
         labels = [lab for lab, _, _ in ABLATIONS]
         if any(r["ablations"] for r in s["conditions"].values()):
-            print("| condition | single rule: blocks − first fit | "
+            print("| condition | single rule: blocks − first fit | selector alone (blocks) − single rule (blocks) | "
                   + " | ".join(f"full − {lab}" for lab in labels) + " |")
-            print("|---|---|" + "---|" * len(labels))
-            sums: dict[str, list[float]] = {lab: [] for lab in ["blocks_rule", *labels]}
+            print("|---|---|---|" + "---|" * len(labels))
+            sums: dict[str, list[float]] = {lab: [] for lab in ["blocks_rule", "selection", *labels]}
             for name, r in s["conditions"].items():
                 cells = []
                 b = r.get("single_blocks_vs_first_fit")
                 cells.append(pd(b) if b else "")
                 if b:
                     sums["blocks_rule"].append(b["mean"])
+                sel = r["ablations"].get("pacml_selector_blocks", {}).get("vs_single")
+                cells.append(pd(sel) if sel else "")
+                if sel:
+                    sums["selection"].append(sel["mean"])
                 for lab in labels:
                     a = r["ablations"].get(lab)
                     cells.append(pd(a["full_minus_it"]) if a else "")
