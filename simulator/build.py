@@ -18,7 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from simulator.block_placement import build_block_op_placer
 from simulator.comm import RampCommModel
 from simulator.errors import ConfigError
-from simulator.feasibility import Feasibility
+from simulator.feasibility import DEFAULT_HETERO_BLOCK_SEARCH, Feasibility
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
 from simulator.records import RecordSink
@@ -46,6 +46,9 @@ class SimKnobs:
         split_ops: ``True``: the SiP-ML split rule (every op with compute split at least two
             ways). ``False``: no op is split, so the op placer decides which server of the
             job's block runs each op (model parallelism; needs ``placement=block``).
+        hetero_block_search: On a cluster of several server kinds, how many free blocks of a degree
+            a job may go to when its first-fit placement misses its target (0: first fit only;
+            see ``simulator.feasibility``). Ignored on a cluster of one kind.
     """
 
     min_op_time_s: float = 0.01
@@ -54,6 +57,7 @@ class SimKnobs:
     comm_quirks: bool = True
     op_placer: str = "first_fit"
     split_ops: bool = True
+    hetero_block_search: int = DEFAULT_HETERO_BLOCK_SEARCH
 
 
 def instantiate_checked(node: Any, field: str) -> Any:
@@ -86,6 +90,9 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
         knobs = SimKnobs(**data)  # type: ignore[arg-type]
     if not isinstance(knobs.split_ops, bool):
         raise ConfigError(f"must be true or false, got {knobs.split_ops!r}", field="sim.split_ops")
+    bound = knobs.hetero_block_search
+    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+        raise ConfigError(f"must be an integer >= 0, got {bound!r}", field="sim.hetero_block_search")
     if not knobs.split_ops and knobs.placement != "block":
         raise ConfigError(f"split_ops=false needs sim.placement=block (sim.placement={knobs.placement} is the "
                           "original's rule, where unsplit ops chain onto one server anywhere)", field="sim.split_ops")
@@ -105,7 +112,7 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
         raise ConfigError(str(exc), field="sim") from None
     comm = RampCommModel(topology, double_bandwidth_division=knobs.comm_quirks,
                          rack_index_only=knobs.comm_quirks)
-    return Feasibility(topology, placer, StepModel(partitioner, comm))
+    return Feasibility(topology, placer, StepModel(partitioner, comm), knobs.hetero_block_search)
 
 
 def _time_scales(wl: Any, num_graphs: int) -> list[float] | None:

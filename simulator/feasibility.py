@@ -4,16 +4,28 @@ For a job and the servers other jobs hold, :class:`FeasibilityTable` answers per
 
 * ``enough_servers(d)``: ``d`` is in the action set and at most the number of free servers (the
   original's action mask, spec §8.3, which ignores fragmentation);
-* ``placement(d)``: the first-fit placement now, or ``None`` (it cannot be placed);
+* ``placement(d)``: the placement the job gets at ``d`` when the policy names no block: the
+  placer's own (first fit), or ``None`` (it cannot be placed); on a cluster of several server kinds
+  the first free block that meets the job's target when first fit's does not (below);
 * ``jct_s(d)``: the simulated JCT of that placement (the lookahead);
 * ``meets_target(d)``: ``jct_s(d) <= beta x sequential JCT``;
 * ``feasible(d)``: placeable now and meets the target (the job would be accepted).
 
 Everything is computed lazily and cached, so a policy pays only for what it asks.
+
+On a cluster of several server kinds (``topology.heterogeneous``) first fit's placement is not
+the only one worth judging: the first free server may be of a slow kind while a fast block is
+free elsewhere. There a degree is feasible when first fit's placement meets the target *or* one
+of the first ``hetero_block_search`` free blocks of the degree (first-fit order) does, and the job
+is placed in the first such block (:meth:`FeasibilityTable.chosen_block`). Every policy that asks
+the table (the rules, the agents' masks and features, the rollouts) and the simulation placing a
+decision without a block thus see the same block. On a cluster of one kind nothing changes (a
+block there times as first fit's does, up to its shape, and first fit is kept exactly).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +46,12 @@ from workloads.jobs import JobSpec
 JCT_TOLERANCE = 1e-9
 
 MaskKind = Literal["paper", "placeable", "feasible"]
+
+#: Free blocks a degree's feasibility looks at on a cluster of several server kinds
+#: (``sim.hetero_block_search``; ``conf/sim.yaml``). 128 is more than the blocks of any degree of
+#: the 32-server RAMP (82, of degree 2), so there every free block is seen; on a big cluster it
+#: bounds a decision's cost (and blocks of the same shape and kinds are judged once).
+DEFAULT_HETERO_BLOCK_SEARCH = 128
 
 
 def meets_target(jct_s: float, max_jct_s: float) -> bool:
@@ -62,12 +80,28 @@ class Feasibility:
         topology: The cluster.
         placer: The op placer.
         step_model: The lookahead.
+        hetero_block_search: On a cluster of several server kinds, how many free blocks of a
+            degree (first-fit order) may take a job whose first-fit placement misses its target
+            (0: first fit only). Ignored on a cluster of one kind.
     """
 
-    def __init__(self, topology: RampTopology, placer: OpPlacer, step_model: StepModel) -> None:
+    def __init__(self, topology: RampTopology, placer: OpPlacer, step_model: StepModel,
+                 hetero_block_search: int = DEFAULT_HETERO_BLOCK_SEARCH) -> None:
+        if isinstance(hetero_block_search, bool) or not isinstance(hetero_block_search, int) or hetero_block_search < 0:
+            raise ValueError(f"sim.hetero_block_search must be an integer >= 0, got {hetero_block_search!r}")
         self.topology = topology
         self.placer = placer
         self.step_model = step_model
+        self.hetero_block_search = hetero_block_search
+        #: Free blocks a degree's feasibility searches (0 on a cluster of one kind: first fit only).
+        self.block_search_bound = hetero_block_search if topology.heterogeneous else 0
+        self._kind_list: list[int] | None = (topology.server_kind_index.tolist()
+                                             if self.block_search_bound and placer.shifts_placements else None)
+        self._class_steps: dict[tuple, float | None] = {}
+        self._block_classes: dict[tuple, tuple] = {}  # (shape, origin server) -> block_class
+        self._chosen_steps: dict[tuple, tuple[int, float] | None] = {}
+        # Its keys hold an occupancy mask (8 KB at 65,536 servers): bounded by ~256 MB of them too.
+        self._chosen_entries = min(self.PLACED_STEP_ENTRIES, 2**28 // (topology.num_servers // 8 + 256))
         self._shape_steps: dict[tuple[str, int], list] = {}
         self._placed_steps: dict[tuple[str, int, int], tuple[int, float] | None] = {}
 
@@ -109,14 +143,34 @@ class Feasibility:
         prefilter = self.jct_depends_on_shape_only
         graph = job.graph
 
+        def meets(step_s: float) -> bool:
+            return meets_target(step_s * steps, max_jct_s)
+
         def feasible(degree: int) -> tuple[int, float] | None:
-            if prefilter and not self.some_shape_may_meet(graph, degree,
-                                                          lambda step_s: meets_target(step_s * steps, max_jct_s)):
+            if prefilter and not self.some_shape_may_meet(graph, degree, meets):
                 return None
             found = self.placed_step(graph, degree, occupied_mask)
-            if found is None or not meets_target(found[1] * steps, max_jct_s):
+            if found is not None and meets(found[1]):
+                return found
+            if not self.block_search_bound:
                 return None
-            return found
+            # Several server kinds: the block FeasibilityTable.chosen_block would give (cached by
+            # occupancy and target, as placed_step is: rollouts ask the same ones over and over).
+            key = (graph.fingerprint, degree, occupied_mask, steps, max_jct_s)
+            chosen = self._chosen_steps.get(key, False)
+            if chosen is False:
+                chosen = None
+                block = self.first_block_meeting(graph, degree, occupied_mask, meets,
+                                                 self.placer.free_blocks(degree, occupied_mask))
+                if block is not None:
+                    placement = self.placer.place(graph, degree, occupied_mask, block)
+                    step_s = self.block_step_s(graph, degree, block, occupied_mask)
+                    assert placement is not None and step_s is not None
+                    chosen = (placement.mask, step_s)
+                if len(self._chosen_steps) >= self._chosen_entries:
+                    self._chosen_steps.clear()
+                self._chosen_steps[key] = chosen
+            return chosen
 
         for d in min_feasible_order(self.topology.degrees, limit, min_degree):
             if (found := feasible(d)) is not None:
@@ -172,6 +226,57 @@ class Feasibility:
         """The non-zero degrees of the action set."""
         return self.topology.degrees
 
+    def block_class(self, block: Block) -> tuple | None:
+        """A key equal for free blocks in which a job times identically (its shape and the kinds of
+        its servers, in placement order: first fit places a job by shifting one placement per
+        shape and kinds), or ``None`` when blocks are not known to be alike (an op placer)."""
+        if self._kind_list is None:
+            return None
+        where = (block.shape, block.servers[0])
+        found = self._block_classes.get(where)
+        if found is None:
+            kinds = self._kind_list
+            found = (block.shape, tuple([kinds[s] for s in block.servers]))
+            if len(self._block_classes) >= self.PLACED_STEP_ENTRIES:
+                self._block_classes.clear()
+            self._block_classes[where] = found
+        return found
+
+    def block_step_s(self, graph: TrainingGraph, degree: int, block: Block, occupied_mask: int) -> float | None:
+        """Step time in s of ``graph`` at ``degree`` placed inside the free ``block`` (``None``: it
+        does not fit), cached per :meth:`block_class` (a rollout judges many blocks of a few
+        classes on ever new occupancies)."""
+        key = self.block_class(block)
+        if key is not None:
+            key = (graph.fingerprint, degree, key)
+            found = self._class_steps.get(key, False)
+            if found is not False:
+                return found
+        placement = self.placer.place(graph, degree, occupied_mask, block)
+        step_s = None if placement is None else self.step_model.step(graph, degree, placement).step_time_s
+        if key is not None:
+            if len(self._class_steps) >= self.PLACED_STEP_ENTRIES:
+                self._class_steps.clear()
+            self._class_steps[key] = step_s
+        return step_s
+
+    def first_block_meeting(self, graph: TrainingGraph, degree: int, occupied_mask: int,
+                            meets: Callable[[float], bool], blocks: Sequence[Block]) -> Block | None:
+        """The first of the first :attr:`block_search_bound` of ``blocks`` (free blocks of ``degree``
+        in first-fit order) whose step time ``meets`` accepts, or ``None``; a block of a class
+        already judged is skipped (it times as the first of its class)."""
+        judged: set[tuple] = set()
+        for block in itertools.islice(blocks, self.block_search_bound):
+            key = self.block_class(block)
+            if key is not None:
+                if key in judged:
+                    continue
+                judged.add(key)
+            step_s = self.block_step_s(graph, degree, block, occupied_mask)
+            if step_s is not None and meets(step_s):
+                return block
+        return None
+
     def table(self, job: JobSpec, occupied_mask: int) -> FeasibilityTable:
         """Feasibility of ``job`` given the servers other jobs hold."""
         return FeasibilityTable(self, job, occupied_mask)
@@ -211,6 +316,8 @@ class FeasibilityTable:
         self.num_free_servers = engine.topology.num_servers - occupied_mask.bit_count()
         self._placements: dict[tuple[int, int | None], Placement | None] = {}
         self._steps: dict[tuple[int, int | None], StepResult | None] = {}
+        self._search_bound = engine.block_search_bound
+        self._chosen: dict[int, Block | None] = {}
 
     @property
     def degrees(self) -> tuple[int, ...]:
@@ -230,7 +337,34 @@ class FeasibilityTable:
         """The original's mask: ``degree`` is offered and ``<=`` the free servers (spec §8.3)."""
         return degree in self.engine.degree_set and degree <= self.num_free_servers
 
+    def chosen_block(self, degree: int) -> Block | None:
+        """The block a job placed at ``degree`` without a named block goes to: ``None`` (the
+        placer's own placement) on a cluster of one kind, or when that placement meets the target;
+        else the first of the first :attr:`Feasibility.block_search_bound` free blocks of ``degree``
+        (first-fit order) in which the job meets its target, or ``None`` when none does (the
+        degree is then infeasible, as first fit judged it). Cached per degree."""
+        if not self._search_bound:
+            return None
+        if degree in self._chosen:
+            return self._chosen[degree]
+        self._check(degree)
+        found = None
+        if not self._meets(degree, None):
+            steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
+            found = self.engine.first_block_meeting(self.job.graph, degree, self.occupied_mask,
+                                                    lambda step_s: meets_target(step_s * steps, max_jct_s),
+                                                    self.free_blocks(degree))
+        self._chosen[degree] = found
+        return found
+
     def placement(self, degree: int, block: Block | None = None) -> Placement | None:
+        """The placement at ``degree`` inside ``block``, or without one the placement the job gets
+        (first fit's, or the block :meth:`chosen_block` finds); ``None`` if it cannot be placed."""
+        if block is None and self._search_bound:
+            block = self.chosen_block(degree)
+        return self._placement(degree, block)
+
+    def _placement(self, degree: int, block: Block | None) -> Placement | None:
         """First-fit placement at ``degree`` (inside ``block`` if given), or ``None``."""
         self._check(degree)
         key = (degree, None if block is None else block.mask)
@@ -240,9 +374,14 @@ class FeasibilityTable:
 
     def step(self, degree: int, block: Block | None = None) -> StepResult | None:
         """Lookahead of the placement at ``degree`` (``None`` if it cannot be placed)."""
+        if block is None and self._search_bound:
+            block = self.chosen_block(degree)
+        return self._step(degree, block)
+
+    def _step(self, degree: int, block: Block | None) -> StepResult | None:
         key = (degree, None if block is None else block.mask)
         if key not in self._steps:
-            placement = self.placement(degree, block)
+            placement = self._placement(degree, block)
             self._steps[key] = None if placement is None else self.engine.step_model.step(
                 self.job.graph, degree, placement)
         return self._steps[key]
@@ -258,14 +397,20 @@ class FeasibilityTable:
         When the JCT depends only on the block's shape (:attr:`Feasibility.jct_depends_on_shape_only`)
         and this degree has not been looked ahead yet, a degree whose fastest shape misses the
         target is refused without searching for a free block (exact: every placement is slower).
+        Without ``block``, on a cluster of several kinds, the block of :meth:`chosen_block`.
         """
+        if block is None and self._search_bound:
+            block = self.chosen_block(degree)
+        return self._meets(degree, block)
+
+    def _meets(self, degree: int, block: Block | None) -> bool:
         engine = self.engine
         if (degree, None if block is None else block.mask) not in self._steps and engine.jct_depends_on_shape_only:
             steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
             if not engine.some_shape_may_meet(self.job.graph, degree, lambda step_s: meets_target(step_s * steps, max_jct_s)):
                 return False
-        jct = self.jct_s(degree, block)
-        return jct is not None and meets_target(jct, self.job.max_jct_s)
+        step = self._step(degree, block)  # exactly this placement (``None``: first fit's)
+        return step is not None and meets_target(step.step_time_s * self.job.num_training_steps, self.job.max_jct_s)
 
     def feasible(self, degree: int, block: Block | None = None) -> bool:
         """The job would be accepted at ``degree`` (placed now and meeting its target)."""

@@ -93,6 +93,7 @@ SIM_KEYS: dict[str, Rule] = {
     "sim.comm_quirks": Rule(bool),
     "sim.op_placer": Rule(str, non_empty=True),
     "sim.split_ops": Rule(bool),
+    "sim.hetero_block_search": Rule(int, low=0),
     "workload.graphs": Rule(str | list[str], non_empty=True, required=True),
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),
