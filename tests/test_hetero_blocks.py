@@ -63,6 +63,16 @@ def test_a_slow_first_fit_server_does_not_hide_a_fast_free_block(op_placer: str)
     assert not before.feasible(1) and before.chosen_block(1) is None and before.placement(1).servers == (4,)
 
 
+def test_op_first_fit_placement_keeps_first_fit_where_it_meets_the_target() -> None:
+    """The paper scenario's placement (ops first fit across the cluster) on two kinds: first fit's
+    own placement when it meets the target, else the job goes to the first fast free block."""
+    feas = build_feasibility(hetero(), SimKnobs(min_op_time_s=0.01, edge_sizing="paper", placement="op_first_fit"))
+    table = feas.table(_job(), FAST_G0)
+    assert table.feasible(1) and table.placement(1).servers == (8,) and table.chosen_block(1).servers == (8,)
+    table = feas.table(_job(), 0b1111 << 4)  # the slow servers of group 0 busy: first fit takes server 0
+    assert table.feasible(1) and table.chosen_block(1) is None and table.placement(1).servers == (0,)
+
+
 def test_the_agents_masks_features_rules_and_rollouts_see_the_same_block() -> None:
     feas = _feas()
     state = _state(feas, FAST_G0)
