@@ -114,6 +114,10 @@ def save_chart(fig: Figure, directory: str | Path, name: str) -> list[Path]:
     paths = []
     for fmt in ("png", "svg"):
         path = Path(directory) / f"{name}.{fmt}"
+        # A run killed while drawing (SIGKILL cannot be cleaned up after) left its temporary file;
+        # one directory holds one run's charts, so the next write clears it.
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
         atomic_write(path, lambda fh, fmt=fmt: fig.savefig(fh, format=fmt, dpi=120))
         paths.append(path)
     return paths

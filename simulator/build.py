@@ -72,6 +72,13 @@ def instantiate_checked(node: Any, field: str) -> Any:
             raise cause from None
         if cause is not None:
             raise ConfigError(str(cause), field=field) from None
+        first = exc.__cause__  # e.g. a plug-in's constructor failing: name what it raised and where
+        if first is not None:
+            from simulator.policy import raised_site
+
+            text = " ".join(str(first).split())[:200]
+            raise ConfigError(f"{str(exc).splitlines()[0]} {type(first).__name__}{': ' + text if text else ''} "
+                              f"(at {raised_site(first.__traceback__, None)})", field=field) from None
         raise ConfigError(str(exc).splitlines()[0], field=field) from None
 
 

@@ -43,7 +43,16 @@ from simulator.cluster import Cluster, ClusterState
 from simulator.errors import ConfigError, InvalidDecision
 from simulator.feasibility import Feasibility, FeasibilityTable
 from simulator.placement import Placement
-from simulator.policy import Decision, Policy
+from simulator.policy import (
+    PROTOCOL,
+    Decision,
+    Policy,
+    interface_problem,
+    is_project_policy,
+    policy_name,
+    raised_site,
+    source_site,
+)
 from simulator.records import (
     NAN,
     BlockReason,
@@ -55,6 +64,7 @@ from simulator.records import (
     format_servers,
 )
 from simulator.topology import Block
+from workloads.errors import WorkloadError
 from workloads.jobs import JobSpec, Workload
 
 log = logging.getLogger(__name__)
@@ -378,20 +388,54 @@ class Simulation:
             policy: Decides every arriving job.
             progress: Optional tqdm-like bar; updated with simulated time (``total`` = horizon).
         """
-        bind = getattr(policy, "bind", None)
-        if callable(bind):  # planners that sample futures from the job distribution
-            bind(self.workload)
-        policy.reset(self.seed)
+        problem = interface_problem(type(policy))
+        if problem is not None:
+            self.sink.abort()
+            raise InvalidDecision(problem)
+        user = not is_project_policy(policy)
         shown = 0.0
+        calling = ""  # the policy method running now: an exception there is the policy's
+        job: JobSpec | None = None
         try:
+            bind = getattr(policy, "bind", None)
+            if callable(bind):  # planners that sample futures from the job distribution
+                calling = "bind"
+                bind(self.workload)
+            calling = "reset"
+            policy.reset(self.seed)
+            calling = ""
             while (job := self.next_job()) is not None:
-                self.apply(policy.decide(job, self.state()))
+                calling = "decide"
+                decision = policy.decide(job, self.state())
+                calling = ""
+                if not isinstance(decision, Decision):
+                    raise InvalidDecision(
+                        f"{source_site(type(policy).decide)}: {policy_name(policy)}.decide returned {decision!r:.60} "
+                        f"({type(decision).__name__}) for job {job.job_id}, not a Decision: {PROTOCOL}")
+                self.apply(decision)
                 if progress is not None and self.env.now > shown:
                     progress.update(self.env.now - shown)
                     shown = self.env.now
             return self.finalize()
-        except BaseException:
+        except InvalidDecision as exc:
             self.sink.abort()  # e.g. a streamed jobs.csv is not left half written
+            if not user or str(exc).startswith(source_site(type(policy).decide)):
+                raise
+            raise InvalidDecision(f"{source_site(type(policy).decide)}: {policy_name(policy)}.decide: {exc}") from None
+        except (ConfigError, WorkloadError):
+            self.sink.abort()
+            raise
+        except Exception as exc:
+            self.sink.abort()
+            if not (user and calling):  # a bug of ours keeps its traceback
+                raise
+            method = getattr(type(policy), calling)
+            where = "" if job is None or calling != "decide" else f" (job {job.job_id})"
+            message = " ".join(str(exc).split())[:200]
+            raise InvalidDecision(f"{raised_site(exc.__traceback__, method)}: {policy_name(policy)}.{calling} raised "
+                                  f"{type(exc).__name__}{': ' + message if message else ''}{where}") from None
+        except BaseException:
+            self.sink.abort()
             raise
 
     def finalize(self) -> RunResult:

@@ -64,3 +64,121 @@ def test_malformed_graph_file_names_file_line_and_field(tmp_path: Path) -> None:
     proc = run_sim(f"workload.graphs={bad}", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"pacml-sim: error: {bad}:1: field 'backward_compute_time': not a number: 'x'"
+
+
+# ------------------------------------------------ a user's policy that breaks the interface
+USER_POLICIES = '''from simulator.policy import Decision
+
+
+class ReturnsInt:
+    def reset(self, seed=None):
+        pass
+
+    def decide(self, job, state):
+        return 4
+
+
+class NoReset:
+    def decide(self, job, state):
+        return Decision(0)
+
+
+class Raises:
+    def reset(self, seed=None):
+        pass
+
+    def decide(self, job, state):
+        table = {}
+        return Decision(table["degree"])
+
+
+class BadDegree:
+    def reset(self, seed=None):
+        pass
+
+    def decide(self, job, state):
+        return Decision(3)
+
+
+class FailsToStart:
+    def __init__(self):
+        raise RuntimeError("no licence")
+
+    def reset(self, seed=None):
+        pass
+
+    def decide(self, job, state):
+        return Decision(0)
+'''
+
+
+@pytest.mark.parametrize(("cls", "expected"), [
+    ("ReturnsInt", "mypolicies.py:8: mypolicies.ReturnsInt.decide returned 4 (int) for job 0, not a Decision: "
+                   "a policy needs reset(seed=None) and decide(job, state) returning a Decision"),
+    ("NoReset", "mypolicies.py:12: policy mypolicies.NoReset has no reset() method: a policy needs reset("),
+    ("Raises", "mypolicies.py:23: mypolicies.Raises.decide raised KeyError: 'degree' (job 0)"),
+    ("BadDegree", "mypolicies.py:30: mypolicies.BadDegree.decide: job 0: degree 3 is not 0 or one of (1, 2, 4"),
+    ("FailsToStart", "Error in call to target 'mypolicies.FailsToStart': RuntimeError: no licence "
+                     "(at mypolicies.py:36)"),
+])
+def test_a_user_policy_breaking_the_interface_is_one_line_naming_its_file_and_line(
+        tmp_path: Path, cls: str, expected: str) -> None:
+    (tmp_path / "mypolicies.py").write_text(USER_POLICIES)
+    proc = run_sim(f"policy._target_=mypolicies.{cls}", "horizon_s=50", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert errors[0].startswith("pacml-sim: error: ") and expected in errors[0], errors[0]
+
+
+def test_a_user_policy_error_inside_a_sweep_keeps_its_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "mypolicies.py").write_text(USER_POLICIES)
+    proc = subprocess.run([*SIM, "-m", "policy._target_=mypolicies.Raises", "seed=0,1", "horizon_s=50",
+                           "progress=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "pacml-sim: error: mypolicies.py:23: mypolicies.Raises.decide raised KeyError: 'degree' (job 0)")
+
+
+def test_a_rerun_sweep_skips_finished_runs_and_clears_what_a_killed_run_left(tmp_path: Path) -> None:
+    """Finished = summary.json written for the same resolved config. A killed run leaves no summary.json
+    but may leave temporary files (SIGKILL cannot be cleaned up after): the re-run redoes that run
+    only, and no temporary file stays behind, in the finished runs' folders either."""
+    sweep = tmp_path / "sweep"
+    cmd = [*SIM, "-m", "policy=para_max,para_min", "seed=0", "horizon_s=2e4", "progress=false",
+           f"hydra.sweep.dir={sweep}"]
+    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    done, killed = sweep / "horizon_s=20000.0,policy=para_max,seed=0", sweep / "horizon_s=20000.0,policy=para_min,seed=0"
+    mtime = (done / "summary.json").stat().st_mtime_ns
+    (killed / "summary.json").unlink()
+    (killed / "jobs.csv").rename(killed / ".jobs.csv.k1ll3d.tmp")
+    for folder in (done, killed):
+        (folder / ".summary.json.abc123.tmp").write_bytes(b"")
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (done / "summary.json").stat().st_mtime_ns == mtime  # skipped
+    assert "skipping" in again.stdout and str(done) in again.stdout
+    assert json.loads((killed / "summary.json").read_text())["config"]["policy"] == "para_min"  # redone
+    assert sorted(p.name for p in sweep.rglob("*.tmp")) == []
+
+
+def test_a_chart_write_clears_the_temporary_file_a_killed_writer_left(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from analysis.gantt import save_chart
+
+    stale = [tmp_path / ".gantt.png.x1y2z3.tmp", tmp_path / ".gantt.svg.q9.tmp"]
+    for path in stale:
+        path.write_bytes(b"")
+    other = tmp_path / ".other.png.q9.tmp"  # not this chart's: left alone
+    other.write_bytes(b"")
+    fig = plt.figure()
+    assert [p.name for p in save_chart(fig, tmp_path, "gantt")] == ["gantt.png", "gantt.svg"]
+    plt.close(fig)
+    assert not any(p.exists() for p in stale) and other.exists()
