@@ -71,6 +71,12 @@ def _ppo_config(node: DictConfig) -> PPOConfig:
     return PPOConfig(**data)  # type: ignore[arg-type]
 
 
+def _plain(cfg: DictConfig, key: str) -> object:
+    """The resolved value at dotted ``key`` (containers as plain data; ``None`` where absent)."""
+    node = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
 #: Settings a resumed run may change on the command line (everything else comes from the run).
 RESUME_OVERRIDABLE = ("ppo.total_steps", "ppo.time_budget_s", "progress")
 
@@ -136,11 +142,20 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
         if not ckpt.is_file() and not (ckpt.parent / PREVIOUS_CHECKPOINT).is_file():
             raise ConfigError(f"no checkpoint at {ckpt}", field="resume")
         saved = load_run_config(ckpt.parent, PROG)
+        fixed = []
         for item in overrides or []:
-            key = item.split("=", 1)[0].lstrip("+")
+            key = item.split("=", 1)[0].lstrip("+~")
             if key in RESUME_OVERRIDABLE and OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):
                 OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
                 changed.append(f"{key}={OmegaConf.select(cfg, key)}")
+            elif key not in RESUME_OVERRIDABLE and key != "resume" and not key.startswith("hydra") \
+                    and _plain(saved, key) != _plain(cfg, key):
+                fixed.append(key)
+        fixed = list(dict.fromkeys(fixed))
+        if fixed:  # the run continues with its own settings: a different value would be silently ignored
+            raise ConfigError(f"{', '.join(fixed)} {'differs' if len(fixed) == 1 else 'differ'} from the resumed run's {ckpt.parent / 'train_config.yaml'}; "
+                              f"a resumed run keeps its settings except {', '.join(RESUME_OVERRIDABLE)} "
+                              "(start a new run to change them)", field=fixed[0])
         out_dir = ckpt.parent
         cfg = saved
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("ppo", "reward", "resume", "hydra")])
@@ -189,9 +204,6 @@ SIM_ONLY_KEYS = {
     "experiment": "experiments preset pacml-sim sweeps",
     "out_dir": "it writes into hydra.run.dir=DIR",
     "skip_finished": "resume a run with resume=RUN",
-    "max_arrivals": "training episodes are not checked against it",
-    "max_estimated_hours": "set ppo.time_budget_s",
-    "max_estimated_memory_gb": "training episodes are not checked against it",
 }
 
 

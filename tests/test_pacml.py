@@ -868,3 +868,25 @@ def test_a_damaged_training_checkpoint_names_the_file_and_the_cause(short_config
     with pytest.raises(CheckpointError, match=rf"^cannot read training checkpoint {re.escape(str(bad))}: not a "
                                               r"torch.save archive \(truncated"):
         trainer.load_checkpoint(bad)
+
+
+def test_a_resumed_run_refuses_a_setting_it_would_ignore(tmp_path: Path) -> None:
+    """Only ppo.total_steps, ppo.time_budget_s and progress change on resume; anything else that differs
+    from the run's own train_config.yaml is one line naming the key, not silently ignored."""
+    from hydra import compose, initialize_config_dir
+
+    from pacml.train import train_from_config
+    from simulator.errors import ConfigError
+    from tests.conftest import CONF_DIR
+
+    tiny = ["beta=C", "horizon_s=3e4", "ppo.num_envs=2", "ppo.num_steps=16", "ppo.warmstart=null", "progress=false",
+            "ppo.hidden_channels=16", "ppo.num_layers=2", "ppo.eval_every=1000", "ppo.total_steps=32"]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        train_from_config(compose(config_name="train", overrides=tiny), tmp_path / "run")
+        for change, key in (("ppo.gamma=0.5", "ppo.gamma"), ("beta=D", "beta")):
+            overrides = [f"resume={tmp_path / 'run'}", *tiny, change, "ppo.total_steps=64"]
+            with pytest.raises(ConfigError, match=rf"^field '{key}': {key} differs from the resumed run's"):
+                train_from_config(compose(config_name="train", overrides=overrides), tmp_path / "unused", overrides)
+        same = [f"resume={tmp_path / 'run'}", *tiny, "ppo.total_steps=64"]  # the run's own values: fine
+        assert train_from_config(compose(config_name="train", overrides=same), tmp_path / "unused",
+                                 same)["global_step"] == 64
