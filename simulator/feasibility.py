@@ -95,8 +95,7 @@ class Feasibility:
         self.hetero_block_search = hetero_block_search
         #: Free blocks a degree's feasibility searches (0 on a cluster of one kind: first fit only).
         self.block_search_bound = hetero_block_search if topology.heterogeneous else 0
-        self._kind_list: list[int] | None = (topology.server_kind_index.tolist()
-                                             if self.block_search_bound and placer.shifts_placements else None)
+        self._kind_list: list[int] | None = topology.server_kind_index.tolist() if self.block_search_bound else None
         self._class_steps: dict[tuple, float | None] = {}
         self._block_classes: dict[tuple, tuple] = {}  # (shape, origin server) -> block_class
         self._chosen_steps: dict[tuple, tuple[int, float] | None] = {}
@@ -227,9 +226,11 @@ class Feasibility:
         return self.topology.degrees
 
     def block_class(self, block: Block) -> tuple | None:
-        """A key equal for free blocks in which a job times identically (its shape and the kinds of
-        its servers, in placement order: first fit places a job by shifting one placement per
-        shape and kinds), or ``None`` when blocks are not known to be alike (an op placer)."""
+        """A key equal for free blocks in which a job times identically: the block's shape and the
+        kinds of its servers in placement order (first fit inside a block is one placement per
+        shape and kinds, shifted; an op placer's refinement is a function of that block-relative
+        placement and the kinds, its own cache key in ``simulator.block_placement``); ``None`` when
+        no block is searched (one kind)."""
         if self._kind_list is None:
             return None
         where = (block.shape, block.servers[0])
