@@ -97,6 +97,8 @@ class Feasibility:
         self.block_search_bound = hetero_block_search if topology.heterogeneous else 0
         self._kind_list: list[int] | None = topology.server_kind_index.tolist() if self.block_search_bound else None
         self._class_steps: dict[tuple, float | None] = {}
+        self._class_best: dict[tuple[str, int], list] = {}  # some_class_may_meet's state
+        self._classes: dict[int, list[Block]] = {}
         self._block_classes: dict[tuple, tuple] = {}  # (shape, origin server) -> block_class
         self._chosen_steps: dict[tuple, tuple[int, float] | None] = {}
         # Its keys hold an occupancy mask (8 KB at 65,536 servers): bounded by ~256 MB of them too.
@@ -160,7 +162,7 @@ class Feasibility:
             if chosen is False:
                 chosen = None
                 block = self.first_block_meeting(graph, degree, occupied_mask, meets,
-                                                 self.placer.free_blocks(degree, occupied_mask))
+                                                 lambda: self.placer.free_blocks(degree, occupied_mask))
                 if block is not None:
                     placement = self.placer.place(graph, degree, occupied_mask, block)
                     step_s = self.block_step_s(graph, degree, block, occupied_mask)
@@ -262,12 +264,15 @@ class Feasibility:
         return step_s
 
     def first_block_meeting(self, graph: TrainingGraph, degree: int, occupied_mask: int,
-                            meets: Callable[[float], bool], blocks: Sequence[Block]) -> Block | None:
-        """The first of the first :attr:`block_search_bound` of ``blocks`` (free blocks of ``degree``
-        in first-fit order) whose step time ``meets`` accepts, or ``None``; a block of a class
-        already judged is skipped (it times as the first of its class)."""
+                            meets: Callable[[float], bool], blocks: Callable[[], Sequence[Block]]) -> Block | None:
+        """The first of the first :attr:`block_search_bound` of ``blocks()`` (free blocks of
+        ``degree`` in first-fit order) whose step time ``meets`` accepts, or ``None``; a block of a
+        class already judged is skipped (it times as the first of its class), and no block is
+        listed when no class of the degree can meet the target (:meth:`some_class_may_meet`)."""
+        if not self.some_class_may_meet(graph, degree, meets):
+            return None
         judged: set[tuple] = set()
-        for block in itertools.islice(blocks, self.block_search_bound):
+        for block in itertools.islice(blocks(), self.block_search_bound):
             key = self.block_class(block)
             if key is not None:
                 if key in judged:
@@ -277,6 +282,47 @@ class Feasibility:
             if step_s is not None and meets(step_s):
                 return block
         return None
+
+    def some_class_may_meet(self, graph: TrainingGraph, degree: int, meets: Callable[[float], bool]) -> bool:
+        """Whether a block of some class (:meth:`block_class`) of ``degree`` gives a step time that
+        ``meets`` accepts; ``False`` means no block of the degree does (exact: a block times as its
+        class). Classes are looked at lazily and the best step time so far is kept per graph and
+        degree, as :meth:`some_shape_may_meet` does for shapes: a hopeless degree costs each class's
+        lookahead once, then a dict lookup."""
+        key = (graph.fingerprint, degree)
+        state = self._class_best.get(key)
+        if state is None:
+            state = self._class_best[key] = [math.inf, 0]  # best step time, classes looked at
+        if meets(state[0]):
+            return True
+        classes = self._class_blocks(degree)
+        while state[1] < len(classes):
+            step_s = self.block_step_s(graph, degree, classes[state[1]], 0)
+            state[1] += 1
+            if step_s is not None:
+                state[0] = min(state[0], step_s)
+                if meets(state[0]):
+                    return True
+        return False
+
+    def _class_blocks(self, degree: int) -> list[Block]:
+        """One block of every class of ``degree``, in first-fit order. Server kinds are set per rack
+        index (``RampTopology`` ``server_kinds``), so a block's class is fixed by its shape and its
+        first rack: the blocks at origins ``(0, j, 0)`` cover every class (cached per degree)."""
+        found = self._classes.get(degree)
+        if found is None:
+            topo = self.topology
+            found, seen = [], set()
+            for shape in topo.search_shapes(degree):
+                ni, nj, nk = topo.origin_ranges(shape)
+                for j in range(nj if ni and nk else 0):
+                    block = topo.block_at(shape, (0, j, 0))
+                    cls = self.block_class(block)
+                    if cls not in seen:
+                        seen.add(cls)
+                        found.append(block)
+            self._classes[degree] = found
+        return found
 
     def table(self, job: JobSpec, occupied_mask: int) -> FeasibilityTable:
         """Feasibility of ``job`` given the servers other jobs hold."""
@@ -354,7 +400,7 @@ class FeasibilityTable:
             steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
             found = self.engine.first_block_meeting(self.job.graph, degree, self.occupied_mask,
                                                     lambda step_s: meets_target(step_s * steps, max_jct_s),
-                                                    self.free_blocks(degree))
+                                                    lambda: self.free_blocks(degree))
         self._chosen[degree] = found
         return found
 

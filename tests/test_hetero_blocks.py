@@ -133,6 +133,21 @@ def test_the_bound_counts_free_blocks_in_first_fit_order() -> None:
     assert table.feasible(1) and table.placement(1).servers == (16,)
 
 
+def test_one_block_per_class_covers_every_block_and_a_hopeless_degree_lists_none(monkeypatch) -> None:
+    feas = _feas()
+    topo = feas.topology
+    for d in topo.degrees:
+        assert ({feas.block_class(b) for b in feas._class_blocks(d)}
+                == {feas.block_class(b) for b in topo.blocks(d)}), d
+    # Model parallel under first fit runs as on one server: half the sequential JCT is never met,
+    # so no free block is listed to find that out (after each class's one lookahead).
+    listed = []
+    real = feas.placer.free_blocks
+    monkeypatch.setattr(feas.placer, "free_blocks", lambda *a: listed.append(a) or real(*a))
+    assert not any(feas.table(_job(beta=0.5), FAST_G0).feasible(d) for d in topo.degrees)
+    assert feas.min_feasible_start(_job(beta=0.5), FAST_G0, 1) is None and not listed
+
+
 def test_one_kind_is_untouched() -> None:
     feas = build_feasibility(RampTopology(), SimKnobs(**MP))
     assert feas.block_search_bound == 0
