@@ -8,15 +8,21 @@ keys are never combined, so a command line is bad exactly when one of its atoms 
 
 Each command line runs in-process through the command's own entry checks (for the Hydra
 commands: :func:`simulator.cli.preflight`, then, for ``pacml-sim``, building the simulation and
-the policy: everything before the episode runs; for ``pacml-train`` and ``pacml-distill``,
-building the simulation; ``pacml-place`` runs whole, without its chart), catching ``SystemExit``; a sample also runs through the installed
+the policy: everything before the episode runs; for ``pacml-distill``, building the simulation;
+``pacml-train`` runs whole, a few seconds of training (:data:`TRAIN_BASE`); ``pacml-place`` runs whole, without its chart), catching ``SystemExit``; a sample also runs through the installed
 console scripts (the Hydra ones with ``--cfg job``, which validates and prints the config
 without running). Rules checked on every line:
 
 - no traceback (an exception escaping, or ``Traceback`` on stderr);
 - a bad line is rejected (exit status 2) and a good one accepted (exit status 0);
 - a rejection is exactly one line on stderr, ``prog: error: ...``, naming a key (or file,
-  option) of a bad atom.
+  option) of a bad atom;
+- an accepted ``pacml-train`` run claims nothing it has not shown (:func:`misleading_train_claims`:
+  its summary's comparison with the warm start, ``val=inf`` or a step total it never reached on
+  its progress bar);
+- an accepted ``pacml-place`` run claims nothing it has not shown (:func:`misleading_place_claims`:
+  an optimum other than the DP's proven pipeline split, a solver's ``Optimal`` with a gap, a
+  search ending worse than one device).
 
 Usage: python benchmarks/fuzz_configs.py [--per-command 300] [--console-sample 12] [--seed 0]
 Exit status 0 when every rule holds, 1 otherwise.
@@ -199,19 +205,8 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
             bad("out_dir=''"),
         ]
     elif command == "pacml-train":
-        g += [
-            good("ppo.total_steps=1000"), good("ppo.gamma=0.99"), good("ppo.warmstart=null"),
-            good(f"ppo.mask={rng.choice(['paper', 'feasible', 'placeable'])}"), good("ppo.eval_seeds=[1,2]"),
-            good("reward.success=2.0"), good("ppo.time_budget_s=null"),
-        ]
-        b += [
-            bad(f"ppo.gamma={rng.choice(['2', '-0.1', 'abc'])}"), bad(f"ppo.num_envs={rng.choice(['0', '1.5', 'x'])}"),
-            bad(f"ppo.learning_rate={rng.choice(['-1', '0', 'fast'])}"),
-            bad(f"ppo.warmstart={rng.choice(['maybe', '1', 'true'])}"),
-            bad("ppo.foo=1"), bad("ppo=null"), bad("reward.success=abc"), bad("reward._target_=nope.X"),
-            bad("resume=''"), bad("ppo.eval_seeds=[]"), bad(f"ppo.mask={rng.choice(['all', 'null'])}"),
-            bad("ppo.time_budget_s=-5"), bad("ppo.anneal_lr=sometimes"),
-        ]
+        g += train_atoms_good(rng)
+        b += train_atoms_bad(rng)
     else:
         g += [
             good(f"distill.mode={rng.choice(['imitate', 'critic'])}"), good("distill.episodes=4"),
@@ -225,6 +220,159 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
             bad("distill=null"), bad("distill.workers=0"), bad("distill.learning_rate=abc"),
         ]
     return g, b
+
+
+#: Settings every ``pacml-train`` line gets unless one of its pieces sets the key (or a key above or
+#: below it): two short updates on 31-arrival episodes, a two-candidate warm start, one validation,
+#: so a line that passes the checks trains, validates and saves in a few seconds.
+TRAIN_BASE = {"ppo.total_steps": "64", "ppo.num_envs": "2", "ppo.num_steps": "16", "ppo.num_minibatches": "2",
+              "ppo.update_epochs": "1", "ppo.hidden_channels": "16", "ppo.num_layers": "2", "ppo.eval_every": "2",
+              "ppo.checkpoint_every": "1", "ppo.eval_seeds": "[7]", "ppo.warmstart_candidates": "[1,16]",
+              "ppo.warmstart_episodes": "1", "ppo.warmstart_epochs": "2", "ppo.time_budget_s": "12",
+              "ppo.condition_jobs": "40", "ppo.val_conditions": "1", "horizon_s": "3e4", "progress": "false"}
+#: A physical-scenario line's episode length instead (its arrivals come every second).
+TRAIN_PHYSICAL_HORIZON_S = "40"
+#: Run directory of the ``pacml-train`` run that resume pieces continue (written by :func:`train_run`).
+TRAIN_RUN = "train_run"
+#: What a resume piece shares with every other piece that would change the run's settings (a resumed
+#: run keeps them; changing one is a rejection, covered by the bad resume pieces).
+RESUME_TOUCHES = ("seed", "horizon_s", "mean_interarrival_s", "beta", "cluster", "sim", "horizon_accounting",
+                  "arrivals", "workload", "scenario", "max_arrivals", "progress", "ppo", "reward", "policy",
+                  "out_dir", "skip_finished", "resume", "flags")
+
+
+def train_atoms_good(rng: random.Random) -> list[Atom]:
+    """Valid pieces of a ``pacml-train`` command line (besides the simulator's)."""
+    return [
+        good(f"ppo.total_steps={rng.choice([32, 96])}"), good(f"ppo.gamma={rng.choice(['0.99', '0.9', '1.0'])}"),
+        good("ppo.warmstart=null"), good(f"ppo.mask={rng.choice(['paper', 'feasible', 'placeable'])}"),
+        good("ppo.eval_seeds=[1,2]"), good("reward.success=2.0"), good("reward.failure=-0.5"),
+        good("ppo.time_budget_s=null"), good(f"ppo.time_budget_s={rng.choice(['3', '6'])}"),
+        good(f"ppo.learning_rate={rng.choice(['1e-4', '3e-3'])}"), good("ppo.anneal_lr=false"),
+        good(f"ppo.gae_lambda={rng.choice(['0.9', '1.0'])}"), good(f"ppo.clip_coef={rng.choice(['0.1', '0.3'])}"),
+        good("ppo.clip_vloss=false"), good(f"ppo.ent_coef={rng.choice(['0', '0.01'])}"),
+        good(f"ppo.target_kl={rng.choice(['null', '0.02'])}"), good(f"ppo.placement_candidates={rng.choice([0, 2])}"),
+        good(f"ppo.warmstart_budget_frac={rng.choice(['0.2', '1'])}"), good(f"ppo.eval_every={rng.choice([1, 3])}"),
+        good(f"ppo.seed={rng.choice([0, 5])}"), good("ppo.random_conditions=true", "cluster=ramp32"),
+        good(f"resume={{tmp}}/{TRAIN_RUN}", "ppo.total_steps=96", touches=RESUME_TOUCHES),
+        good("progress=true"),
+    ]
+
+
+def train_atoms_bad(rng: random.Random) -> list[Atom]:
+    """Clearly invalid pieces of a ``pacml-train`` command line (besides the simulator's)."""
+    return [
+        bad(f"ppo.gamma={rng.choice(['2', '-0.1', 'abc'])}"), bad(f"ppo.num_envs={rng.choice(['0', '1.5', 'x'])}"),
+        bad(f"ppo.learning_rate={rng.choice(['-1', '0', 'fast'])}"),
+        bad(f"ppo.warmstart={rng.choice(['maybe', '1', 'true'])}"),
+        bad("ppo.foo=1"), bad("ppo=null"), bad("reward.success=abc"), bad("reward._target_=nope.X"),
+        bad("resume=''"), bad("ppo.eval_seeds=[]"), bad(f"ppo.mask={rng.choice(['all', 'null'])}"),
+        bad("ppo.time_budget_s=-5"), bad("ppo.anneal_lr=sometimes"),
+        bad(f"ppo.warmstart_budget_frac={rng.choice(['0', '1.5', '-1', 'half'])}"),
+        bad(f"ppo.warmstart_candidates={rng.choice(['[]', '[0]', '[-2]', 'abc'])}"),
+        bad(f"ppo.num_minibatches={rng.choice(['0', '-1'])}"), bad(f"ppo.total_steps={rng.choice(['0', '-64', '1.5'])}"),
+        bad(f"ppo.placement_candidates={rng.choice(['-1', 'x'])}"), bad(f"ppo.torch_threads={rng.choice(['0', 'x'])}"),
+        bad(f"ppo.val_conditions={rng.choice(['0', '-1'])}"), bad(f"ppo.target_kl={rng.choice(['0', '-0.1'])}"),
+        bad("ppo.random_conditions=true", "cluster=ramp32_hetero", names="cluster"),
+        bad(f"policy={rng.choice(['pacml', 'para_max'])}", names="policy"),
+        bad(f"policy.block_search={rng.choice(['-1', '8'])}", names="policy"),
+        bad("out_dir=/tmp/x", names="out_dir"), bad("skip_finished=false", names="skip_finished"),
+        bad("resume=/nonexistent/run", names="resume"),
+        bad(f"resume={{tmp}}/{TRAIN_RUN}", f"{rng.choice(['ppo.gamma=0.5', 'beta=D', 'ppo.hidden_channels=32'])}",
+            names=("ppo.gamma", "beta", "ppo.hidden_channels"), touches=RESUME_TOUCHES),
+    ]
+
+
+def with_train_base(args: list[str], tmp: Path) -> list[str]:
+    """``args`` plus the :data:`TRAIN_BASE` settings none of its keys is, lies under or above."""
+    args = [a.replace("{tmp}", str(tmp)) for a in args]
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in args if "=" in a or a.startswith("~")]
+
+    def free(key: str) -> bool:
+        return not any(k == key or key.startswith(k + ".") or k.startswith(key + ".") for k in keys)
+
+    base = dict(TRAIN_BASE)
+    if "scenario=physical" in args:
+        base["horizon_s"] = TRAIN_PHYSICAL_HORIZON_S
+    flags = [a for a in args if a.startswith("-")]
+    return flags + [a for a in args if not a.startswith("-")] + [f"{k}={v}" for k, v in base.items() if free(k)]
+
+
+def train_run(tmp: Path) -> Path:
+    """A short ``pacml-train`` run (:data:`TRAIN_BASE`) that the resume pieces continue."""
+    from pacml.train import COMMAND, train_from_config
+    from simulator.cli import preflight
+
+    run = tmp / TRAIN_RUN
+    cfg = preflight(COMMAND, [f"{k}={v}" for k, v in TRAIN_BASE.items()])
+    assert cfg is not None
+    train_from_config(cfg, run)
+    return run
+
+
+def misleading_train_claims(run: Path, stderr: str) -> list[str]:
+    """What a finished ``pacml-train`` run claims that it has not shown: a summary whose comparison
+    with the warm start does not follow from its numbers (or a worse run that does not say so), an
+    unvalidated policy with a validation figure, or a progress bar with ``val=inf`` or a total the
+    run never reached when the time budget stopped it."""
+    path = run / "train_summary.json"
+    if not path.is_file():
+        return [f"no train_summary.json in {run}"]
+    s = json.loads(path.read_text())
+    out = []
+    best, rule = s.get("best_val_blocking_rate"), s.get("teacher_val_blocking_rate")
+    if best is not None and not 0 <= best <= 1:
+        out.append(f"best_val_blocking_rate {best}")
+    expected = None if best is None or rule is None else best > rule
+    if s.get("worse_than_teacher") is not expected:
+        out.append(f"worse_than_teacher {s.get('worse_than_teacher')} with validation {best} and rule {rule}")
+    if "val=inf" in stderr:
+        out.append("progress bar shows val=inf")
+    bars = [ln for ln in stderr.replace("\r", "\n").splitlines() if ln.startswith("pacml-train:") and "step" in ln]
+    if bars and s.get("stopped_by") == "time_budget" and f"{s['global_step']}/{s['global_step']} " not in bars[-1]:
+        out.append(f"progress bar ends at {bars[-1].strip()[:80]!r}, the run at step {s['global_step']}")
+    return out
+
+
+def train_entry() -> Callable[[list[str]], None]:
+    """``pacml-train`` in process: its own checks, preflight, then the short run itself
+    (:data:`TRAIN_BASE`) into a scratch directory, removed afterwards."""
+    import itertools
+    import shutil
+
+    from pacml.train import COMMAND, PROG, refuse_sim_only_keys, train_from_config
+    from simulator.cli import preflight, report_user_errors
+
+    root = Path(tempfile.gettempdir()) / "pacml-fuzz-train-out"
+    count = itertools.count()
+
+    def body(argv: list[str]) -> None:
+        refuse_sim_only_keys(argv)
+        cfg = preflight(COMMAND, argv)
+        if cfg is None:
+            return
+        out = root / str(next(count))
+        resumed = next((a.split("=", 1)[1] for a in argv if a.startswith("resume=")), None)
+        run = Path(resumed) if resumed else out
+        if resumed:  # a copy: every resume line continues the same short run
+            run = out / "resumed"
+            shutil.copytree(resumed, run)
+            argv = [f"resume={run}" if a.startswith("resume=") else a for a in argv]
+            cfg.resume = str(run)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                report_user_errors(PROG, lambda: train_from_config(COMMAND.validate(cfg, argv), out, argv))
+        except SystemExit:
+            sys.stderr.write(err.getvalue())
+            raise
+        finally:
+            claims = misleading_train_claims(run, err.getvalue()) if run.exists() else [f"no run at {run}"]
+            shutil.rmtree(out, ignore_errors=True)
+        for claim in claims:
+            print(f"{MISLEADING} {claim}", file=sys.stderr)
+
+    return body
 
 
 def graph_atoms(rng: random.Random, tmp: Path, n: int) -> tuple[list[Atom], list[Atom]]:
@@ -302,6 +450,14 @@ def place_files(tmp: Path) -> dict[str, Path]:
         out[name].write_text(json.dumps(doc, indent=1) + "\n")
     out["placement_garbled.json"] = tmp / "placement_garbled.json"
     out["placement_garbled.json"].write_text('{"node1": "gpu0",\n')
+    # Graph folders, as pacml-sim's workload.graphs reads them: one PipeDream model, two, none.
+    for folder, models in (("graph_dir_one", ["resnet18"]), ("graph_dir_two", ["resnet18", "alexnet"]),
+                           ("graph_dir_empty", [])):
+        (tmp / folder).mkdir(exist_ok=True)
+        for model in models:
+            (tmp / folder / model).mkdir(exist_ok=True)
+            (tmp / folder / model / "graph.txt").write_text(SHIPPED_GRAPH.parent.with_name(model).joinpath(
+                "graph.txt").read_text())
     return out
 
 
@@ -322,6 +478,27 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
         good(f"gantt={rng.choice(['true', 'false'])}"),
         good("devices=gpu4", "devices.links.bandwidth_Bps=1e9"),
         good("devices=hetero", "devices.groups.0.memory_bytes=1e6"),  # infeasible for one device: a result
+        good(f"graph={tmp / 'graph_dir_one'}"),
+        good(f"graph={tmp / 'graph_dir_one' / 'resnet18'}"),
+        good(f"graph={SHIPPED_GRAPH.parent}"),
+        good(f"method={rng.choice(['heft', 'm_etf', 'm_sct', 'm_topo', 'pipedream', 'metis', 'expert'])}"),
+        good("method=heft", "method.insertion=false"),
+        good("method=metis", f"method.balance={rng.choice(['speed', 'equal'])}", "method.parts=null"),
+        good("method=local_search", f"method.max_evaluations={rng.choice([50, 300])}",
+             f"method.restarts={rng.choice([1, 3])}", f"method.move_rule={rng.choice(['best', 'first'])}",
+             f"method.respect_memory={rng.choice(['true', 'false'])}"),
+        good("method=anneal", f"method.max_evaluations={rng.choice([50, 300])}",
+             f"method.swap_probability={rng.choice(['0', '0.5', '1'])}"),
+        good(f"graph={rng.choice(['bert24_inference', 'bert24_training', 'bert_l-3_inference'])}", "devices=auto",
+             "objective=pipeline", "method=dp"),
+        good("graph=bert24_inference", "devices=auto", "objective=pipeline", "method=mip", "method.time_limit_s=2",
+             f"method.warm_start={rng.choice(['null', 'single', 'local_search'])}"),
+        good(f"graph={rng.choice(['resnet50', 'bert24_training'])}", "method=coarse",
+             f"method.inner={rng.choice(['heft', 'm_etf', 'round_robin'])}", f"method.max_groups={rng.choice([8, 32])}"),
+        good("graph=bert24_training", "devices=auto", "objective=pipeline", "method=coarse", "method.inner=dp",
+             "method.max_groups=16"),
+        good("method=expert", "method.shipped=false"),
+        good("method=learned", f"method.mode={rng.choice(['greedy', 'sample'])}", "method.samples=4"),
     ]
     b = [
         bad(f"seed={rng.choice(WRONG_INT + ['-1', str(2**64)])}"),
@@ -364,6 +541,52 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
         bad("~graph", names="graph"),
         bad(rng.choice(["--foo", "-z"]), names=("--foo", "-z"), touches="flags"),
         bad("--config-dir=/nonexistent/conf", names="config-dir", touches="flags"),
+        # Exact methods refuse objectives they do not optimise (no "optimal" for an unproven claim).
+        bad(f"objective={rng.choice(['step', 'latency'])}", rng.choice(["method=dp", "method=mip"]),
+            names="objective"),
+        bad(f"objective={rng.choice(['step', 'latency'])}", "method=coarse", "method.inner=dp", names="objective"),
+        bad(f"graph={tmp / 'graph_dir_two'}", names="graph"),
+        bad(f"graph={tmp / 'graph_dir_empty'}", names=(str(tmp / "graph_dir_empty"),)),
+        bad("method=local_search", f"method.restarts={rng.choice(['0', '-1', 'abc', '1.5', 'null'])}",
+            names="method.restarts"),
+        bad("method=local_search", f"method.max_evaluations={rng.choice(['0', '-3', 'abc'])}",
+            names="method.max_evaluations"),
+        bad("method=local_search", f"method.move_rule={rng.choice(['worst', 'null', '1'])}", names="method.move_rule"),
+        bad("method=local_search", f"method.respect_memory={rng.choice(['yes', '1', 'null'])}",
+            names="method.respect_memory"),
+        bad("method=anneal", f"method.max_evaluations={rng.choice(['0', '-1', 'abc'])}", names="method.max_evaluations"),
+        bad("method=anneal", f"method.initial_temperature={rng.choice(['0', '-1', 'inf', 'abc'])}",
+            names="method.initial_temperature"),
+        bad("method=anneal", "method.final_temperature=1.0", names="method.final_temperature"),
+        bad("method=anneal", f"method.swap_probability={rng.choice(['1.5', '-0.1', 'nan'])}",
+            names="method.swap_probability"),
+        bad("objective=pipeline", "method=dp", f"method.max_states={rng.choice(['0', '-1', 'abc', '1.5'])}",
+            names="method.max_states"),
+        bad("objective=pipeline", "method=dp", f"method.fallback={rng.choice(['nope', '3', 'singel'])}",
+            names="method.fallback"),
+        bad("objective=pipeline", "method=dp", "devices=hetero", names="devices"),
+        bad("objective=pipeline", "method=mip", f"method.mip_gap={rng.choice(['2', '-0.1', 'abc'])}",
+            names="method.mip_gap"),
+        bad("objective=pipeline", "method=mip", f"method.warm_start={rng.choice(['nope', 'heft', '1.5'])}",
+            names="method.warm_start"),
+        bad("objective=pipeline", "method=mip", f"method.threads={rng.choice(['0', 'abc'])}", names="method.threads"),
+        bad("method=coarse", f"method.inner={rng.choice(['nope', 'coarse_', 'null'])}", names="method.inner"),
+        bad("method=coarse", f"method.max_groups={rng.choice(['0', '-1', 'abc'])}", names="method.max_groups"),
+        bad("method=coarse", f"method.method={rng.choice(['x', 'null'])}", names="method.method"),
+        bad("method=coarse", "+method.inner_args.insertion=maybe", names=("method.inner_args.insertion",)),
+        bad("method=heft", f"method.insertion={rng.choice(['maybe', '1', 'null'])}", names="method.insertion"),
+        bad(rng.choice(["method=m_etf", "method=m_sct", "method=m_topo", "method=pipedream"]),
+            f"method.use_cpu={rng.choice(['maybe', '2'])}", names="method.use_cpu"),
+        bad("method=metis", f"method.parts={rng.choice(['0', '-2', 'abc'])}", names="method.parts"),
+        bad("method=metis", f"method.balance={rng.choice(['x', 'null'])}", names="method.balance"),
+        bad("method=metis", f"method.edge_weight={rng.choice(['x', 'bytes'])}", names="method.edge_weight"),
+        bad("method=expert", "method.path=/nonexistent/split.json", names=("method.path", "/nonexistent/split.json")),
+        bad("method=expert", f"method.shipped={rng.choice(['maybe', '0'])}", names="method.shipped"),
+        bad("method=learned", f"method.mode={rng.choice(['x', 'Greedy', 'null'])}", names="method.mode"),
+        bad("method=learned", "method.checkpoint=/nonexistent/placer.pt",
+            names=("method.checkpoint", "/nonexistent/placer.pt")),
+        bad("method=learned", f"method.samples={rng.choice(['0', '-1', 'abc'])}", names="method.samples"),
+        bad("method=learned", f"method.temperature={rng.choice(['0', '-1', 'abc'])}", names="method.temperature"),
     ]
     for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 2):
         last = key.rpartition(".")[2]
@@ -372,6 +595,123 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
             full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
             b.append(bad(f"{full}=1", names=(full,)))
     return g, b
+
+
+#: Settings every ``pacml-train-placer`` line gets unless one of its pieces sets the key: one short
+#: update on small graphs, so a line that passes the checks trains, validates and saves once.
+PLACER_BASE = {"budget.updates": "1", "budget.time_s": "300", "validation_tasks": "1", "validate_every": "1",
+               "checkpoint_every": "1", "corpus.synthetic": "2", "corpus.max_nodes": "300", "progress": "false"}
+#: Keys a resumed run may not change (pacml/placer/cli.py's RESUME_OVERRIDABLE are the others).
+PLACER_FIXED_ON_RESUME = ("seed", "corpus", "presets", "objectives", "net", "ppo", "validate_every",
+                          "validation_tasks", "checkpoint_every")
+
+
+def placer_run(tmp: Path) -> Path:
+    """A one-update ``pacml-train-placer`` run to resume (``PLACER_BASE`` settings)."""
+    from pacml.placer.cli import COMMAND, train_from_config
+    from simulator.cli import preflight
+
+    run = tmp / "placer_run"
+    cfg = preflight(COMMAND, [f"{k}={v}" for k, v in PLACER_BASE.items()])
+    assert cfg is not None
+    train_from_config(cfg, run)
+    return run
+
+
+def train_placer_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[list[Atom], list[Atom]]:
+    """Good and bad pieces of a ``pacml-train-placer`` command line."""
+    from pacml.placer.checkpoint import SHIPPED_DIR
+
+    run = tmp / "placer_run"
+    g = [
+        good(f"seed={rng.randrange(2**31)}"), good("torch_threads=1"),
+        good(f"corpus.synthetic={rng.choice([0, 1, 3])}"), good("corpus.seed=7"),
+        good(f"corpus.max_nodes={rng.choice([100, 300])}"), good(f"corpus.real={rng.choice(['true', 'false'])}"),
+        good(f"presets={rng.choice(['[gpu4]', '[cpu_gpu,gpu4]', '[hetero]', '[gpu8]', '[blocks:ramp32]'])}"),
+        good("presets=[file,gpu4]", "corpus.real=true"),
+        good(f"objectives={rng.choice(['[step]', '[latency]', '[pipeline]', '[step,pipeline]'])}"),
+        good(f"net.hidden={rng.choice([16, 32])}"), good(f"net.layers={rng.choice([0, 1])}"),
+        good("net.use_edges=false"), good("net.insertion=true"), good("net.cost_outputs=false"),
+        good(f"net.order={rng.choice(['rank', 'full_rank', 'heft', 'first'])}"), good("net.prior=0"),
+        good("net.decoder=oneshot", "net.heads=2", "presets=[gpu4,cpu_gpu]"),
+        good("net.decoder=oneshot", "net.max_devices=8", "presets=[gpu8]"),
+        good("ppo.batch=4"), good(f"ppo.tasks_per_update={rng.choice([1, 2])}"), good("ppo.epochs=1"),
+        good("ppo.clip=0.1"), good("ppo.learning_rate=1e-3"), good("ppo.ent_coef=0"), good("ppo.max_grad_norm=0.5"),
+        good("ppo.infeasible_reward=-1"),
+        good("validate_every=2"), good("checkpoint_every=2"), good("validation_tasks=2"),
+        good("budget.updates=2", "budget.time_s=120"),
+        good(f"resume={run}", "budget.updates=2", touches=PLACER_FIXED_ON_RESUME),
+        good(f"resume={run / 'checkpoint.pt'}", touches=PLACER_FIXED_ON_RESUME),
+    ]
+    b = [
+        bad(f"seed={rng.choice(WRONG_INT + ['-1', str(2**64)])}"),
+        bad(f"torch_threads={rng.choice(['0', '-1', 'abc', '1.5'])}"),
+        bad(f"corpus.synthetic={rng.choice(['-1', 'abc', '1.5', 'null'])}"),
+        bad(f"corpus.max_nodes={rng.choice(['10', '0', 'abc'])}"),
+        bad(f"corpus.real={rng.choice(WRONG_BOOL)}"),
+        bad(f"corpus.seed={rng.choice(['-1', 'abc'])}"),
+        bad(f"presets={rng.choice(['[]', '[nope]', '[auto]', '[ramp_block]', '[blocks:nope]', 'gpu4', 'null', '[gpu44]'])}",
+            names="presets"),
+        bad("presets=[file]", "corpus.real=false", names="presets"),
+        bad(f"objectives={rng.choice(['[]', '[throughput]', '[Step]', 'step', 'null', '[step,nope]'])}",
+            names="objectives"),
+        bad(f"net.hidden={rng.choice(['0', '-4', 'abc', '1.5'])}"),
+        bad(f"net.layers={rng.choice(['-1', 'abc'])}"),
+        bad(f"net.order={rng.choice(['nope', 'Rank', 'null'])}"),
+        bad(f"net.decoder={rng.choice(['x', 'null', 'OneShot'])}"),
+        bad(f"net.heads={rng.choice(['0', 'abc'])}"),
+        bad(f"net.max_devices={rng.choice(['0', '-1', 'abc'])}"),
+        bad(f"net.use_edges={rng.choice(WRONG_BOOL)}"),
+        bad(f"net.prior={rng.choice(['nan', 'inf', 'abc'])}"),
+        bad("net.decoder=oneshot", "net.hidden=30", names="net.heads"),
+        bad("net.decoder=oneshot", f"net.max_devices={rng.choice([2, 4])}", "presets=[gpu4,hetero]",
+            names="net.max_devices"),
+        bad("net.decoder=oneshot", "presets=[blocks:ramp512]", names="net.max_devices"),
+        bad(f"ppo.batch={rng.choice(['1', '0', 'abc'])}"),
+        bad(f"ppo.tasks_per_update={rng.choice(['0', 'abc'])}"),
+        bad(f"ppo.epochs={rng.choice(['0', '-1'])}"),
+        bad(f"ppo.clip={rng.choice(['0', '-0.2', 'abc'])}"),
+        bad(f"ppo.learning_rate={rng.choice(['0', '-1', 'fast', 'nan'])}"),
+        bad(f"ppo.ent_coef={rng.choice(['-0.1', 'abc'])}"),
+        bad(f"ppo.max_grad_norm={rng.choice(['0', '-1'])}"),
+        bad(f"ppo.infeasible_reward={rng.choice(['1', 'abc', 'inf'])}"),
+        bad(f"budget.time_s={rng.choice(['0', '-5', 'abc', 'nan'])}"),
+        bad(f"budget.updates={rng.choice(['0', '-1', 'abc'])}"),
+        bad(f"validate_every={rng.choice(['0', 'abc'])}"),
+        bad(f"validation_tasks={rng.choice(['0', '-1'])}"),
+        bad(f"checkpoint_every={rng.choice(['0', 'abc', '1.5'])}"),
+        bad(f"progress={rng.choice(WRONG_BOOL)}"),
+        bad(f"{rng.choice(['corpus', 'net', 'ppo', 'budget'])}.foo=1"),
+        bad(f"{rng.choice(['corpus', 'net', 'ppo', 'budget'])}=null"),
+        bad("resume=/nonexistent/run", names="resume"),
+        bad(f"resume={tmp / 'notes.txt'}", names="resume"),
+        bad(f"resume={run / 'placer.pt'}", names="resume"),
+        bad(f"resume={SHIPPED_DIR / 'placer_step'}", names="resume"),
+        bad("resume=''", names="resume"),
+        bad(f"resume={run}", f"{rng.choice(['net.hidden=32', 'seed=5', 'ppo.batch=4', 'presets=[gpu4]'])}",
+            names=("net.hidden", "seed", "ppo.batch", "presets"), touches=PLACER_FIXED_ON_RESUME),
+        bad(f"{rng.choice(['foo', 'preset', 'objective', 'seeds'])}=1"),
+        bad(f"+{rng.choice(['foo', 'net.foo', 'ppo.bar'])}=1", names=("foo", "net.foo", "ppo.bar")),
+        bad(rng.choice(["seed=[", "seed='abc", "=1", "seed=${", "presets=)"]), names=("seed", "presets", "=1")),
+        bad("seed=0,1", names="seed"),
+        bad("~seed", names="seed"),
+        bad(rng.choice(["--foo", "-z"]), names=("--foo", "-z"), touches="flags"),
+    ]
+    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 2):
+        last = key.rpartition(".")[2]
+        typo = _typo(rng, last, {k.rpartition(".")[2] for k in known})
+        if typo:
+            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
+            b.append(bad(f"{full}=1", names=(full,)))
+    return g, b
+
+
+def with_placer_base(args: list[str], atoms: list[Atom]) -> list[str]:
+    """``args`` plus the :data:`PLACER_BASE` settings no piece touches (options stay first)."""
+    touched = {t for atom in atoms for t in atom.touches}
+    extra = [f"{k}={v}" for k, v in PLACER_BASE.items() if k.split(".")[0] not in touched]
+    flags = [a for a in args if a.startswith("-")]
+    return flags + [a for a in args if not a.startswith("-")] + extra
 
 
 def command_line(rng: random.Random, goods: list[Atom], bads: list[Atom], p_bad: float,
@@ -422,6 +762,10 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
 
     if command == "pacml-place":
         return place_entry()
+    if command == "pacml-train-placer":
+        return train_placer_entry()
+    if command == "pacml-train":
+        return train_entry()
     if command == "pacml-sim":
         from simulator.run import COMMAND as cmd
     elif command == "pacml-train":
@@ -457,9 +801,74 @@ def place_entry() -> Callable[[list[str]], None]:
         if cfg is None:
             return
         cfg.gantt = False
-        report_user_errors("pacml-place", lambda: run_place(cfg, out, {}))
+        done: dict[str, Any] = {}
+        report_user_errors("pacml-place", lambda: done.update(summary=run_place(cfg, out, {})))
+        for claim in misleading_place_claims(done.get("summary")):
+            print(f"{MISLEADING} {claim}", file=sys.stderr)
 
     return body
+
+
+def train_placer_entry() -> Callable[[list[str]], None]:
+    """``pacml-train-placer`` in process: preflight, then the run itself (one short update with
+    :data:`PLACER_BASE`) into a scratch directory, removed afterwards."""
+    import itertools
+    import shutil
+
+    from pacml.placer.cli import COMMAND, PROG, train_from_config
+    from simulator.cli import preflight, report_user_errors
+
+    root = Path(tempfile.gettempdir()) / "pacml-fuzz-train-placer-out"
+    count = itertools.count()
+
+    def body(argv: list[str]) -> None:
+        cfg = preflight(COMMAND, argv)
+        if cfg is None:
+            return
+        out = root / str(next(count))
+        try:
+            report_user_errors(PROG, lambda: train_from_config(COMMAND.validate(cfg, argv), out, argv))
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    return body
+
+
+#: Marks a line of stderr that reports a misleading result of an accepted command line.
+MISLEADING = "MISLEADING:"
+
+
+def _values_of(node: Any, key: str) -> list[Any]:
+    """Every value of ``key`` anywhere in a JSON-like tree."""
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == key] + [x for v in node.values() for x in _values_of(v, key)]
+    if isinstance(node, list):
+        return [x for v in node for x in _values_of(v, key)]
+    return []
+
+
+def misleading_place_claims(summary: Any) -> list[str]:
+    """What a ``pacml-place`` summary claims that it has not shown: an optimum of anything but a
+    proven pipeline split, a solver's "Optimal" with a gap, a search ending worse than one device,
+    a feasible flag on an infinite value."""
+    if not isinstance(summary, dict):
+        return []
+    out = []
+    info = summary.get("info") or {}
+    method = str(summary.get("method_class", ""))
+    if any(v is True for v in _values_of(summary, "optimal")) and not (
+            method.endswith("DPPlacer") and summary.get("objective") == "pipeline" and info.get("optimal_for")):
+        out.append(f"optimal: true from {method} on objective {summary.get('objective')}")
+    for status in _values_of(summary, "status"):
+        if status == "Optimal" and not (info.get("gap", 1.0) <= 1e-6 and info.get("model_exact")):
+            out.append(f"status Optimal with gap {info.get('gap')} (model exact: {info.get('model_exact')})")
+    value, single = summary.get("value_s"), summary.get("single_device_value_s")
+    if method.endswith(("LocalSearchPlacer", "AnnealPlacer")) and single is not None and (
+            value is None or value > single * (1 + 1e-9)):
+        out.append(f"{method} ended at {value} s, worse than one device ({single} s)")
+    if summary.get("feasible") and summary.get("value_s") is None:
+        out.append("feasible with no finite value")
+    return out
 
 
 def argparse_entry(command: str) -> Callable[[list[str]], None]:
@@ -494,6 +903,7 @@ class Tally:
     not_naming: int = 0
     multi_line: int = 0
     bad_status: int = 0
+    misleading: int = 0
     examples: list[str] = field(default_factory=list)
 
     def add(self, prog: str, args: list[str], atoms: list[Atom], out: Outcome) -> None:
@@ -504,6 +914,9 @@ class Tally:
         if out.traceback or "Traceback" in out.stderr:
             self.tracebacks += 1
             problem = "traceback: " + (out.traceback or out.stderr).strip().splitlines()[-1]
+        if MISLEADING in out.stderr:
+            self.misleading += 1
+            problem = problem or next(ln for ln in out.stderr.splitlines() if MISLEADING in ln)
         if out.code == 0:
             self.accepted += 1
             if is_bad:
@@ -534,12 +947,12 @@ class Tally:
         """One table row."""
         return (f"{self.tried:6d} {self.accepted:8d} {self.rejected:8d} {self.tracebacks:10d} "
                 f"{self.invalid_accepted:16d} {self.valid_rejected:14d} {self.not_naming:10d} "
-                f"{self.multi_line:10d} {self.bad_status:10d}")
+                f"{self.multi_line:10d} {self.bad_status:10d} {self.misleading:10d}")
 
 
 HEADER = ("command          where      tried accepted rejected tracebacks invalid_accepted "
-          "valid_rejected not_naming multi_line bad_status")
-HYDRA_COMMANDS = ("pacml-sim", "pacml-train", "pacml-distill", "pacml-place")
+          "valid_rejected not_naming multi_line bad_status misleading")
+HYDRA_COMMANDS = ("pacml-sim", "pacml-train", "pacml-distill", "pacml-place", "pacml-train-placer")
 COMMANDS = (*HYDRA_COMMANDS, "pacml-graph", "pacml-report")
 
 
@@ -549,6 +962,14 @@ def generate(command: str, rng: random.Random, tmp: Path, sweep: Path, known: se
     if command == "pacml-place":
         goods, bads = place_atoms(rng, tmp, known_keys("place"))
         return command_line(rng, goods, bads, p_bad=0.7)
+    if command == "pacml-train-placer":
+        goods, bads = train_placer_atoms(rng, tmp, known_keys("train_placer"))
+        args, atoms = command_line(rng, goods, bads, p_bad=0.7)
+        return with_placer_base(args, atoms), atoms
+    if command == "pacml-train":
+        goods, bads = hydra_atoms(rng, command, known)
+        args, atoms = command_line(rng, goods, bads, p_bad=0.5)
+        return with_train_base(args, tmp), atoms
     if command in HYDRA_COMMANDS:
         goods, bads = hydra_atoms(rng, command, known)
         return command_line(rng, goods, bads, p_bad=0.7)
@@ -595,6 +1016,10 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "notes.txt").write_text("just some notes, not a graph\n")
         (tmp / "empty").mkdir()
         place_files(tmp)
+        if "pacml-train-placer" in args.commands:
+            placer_run(tmp)
+        if "pacml-train" in args.commands:
+            train_run(tmp)
         sweep = make_sweep(tmp) if "pacml-report" in args.commands else tmp
         for command in args.commands:
             rng = random.Random(f"{args.seed}:{command}")
@@ -620,7 +1045,7 @@ def main(argv: list[str] | None = None) -> int:
                 for example in tally.examples:
                     print(f"    ! {example}")
                 if tally.tracebacks or tally.invalid_accepted or tally.valid_rejected or tally.not_naming \
-                        or tally.multi_line or tally.bad_status:
+                        or tally.multi_line or tally.bad_status or tally.misleading:
                     failed = True
             results[command] = {"in_process": {**vars(inproc), "wall_s": round(inproc_s, 1)},
                                 "console": {**vars(console), "wall_s": round(console_s, 1)}}

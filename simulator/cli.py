@@ -159,7 +159,16 @@ class _Composer:
         return cfg
 
     def culprit(self, overrides: list[str]) -> str | None:
-        """The first override that fails to compose on its own (Hydra's message may not name it)."""
+        """The override at fault (Hydra's message may not name it): the one without which the others
+        compose, else the first that fails to compose on its own. (Alone, ``devices.cluster=ramp32``
+        fails without its ``devices=ramp_block``, so "fails alone" by itself can blame a good one.)"""
+        if 1 < len(overrides) <= 16:
+            for i, override in enumerate(overrides):
+                try:
+                    self.compose(overrides[:i] + overrides[i + 1:])
+                except Exception:  # noqa: BLE001, S112 - the others fail too: not this one alone
+                    continue
+                return override
         for override in overrides:
             try:
                 self.compose([override])

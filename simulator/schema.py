@@ -159,6 +159,8 @@ def _type_name(hint: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(hint))
     if origin in (list, tuple, Sequence, typing.Sequence):
         args = typing.get_args(hint)
+        if args and typing.get_origin(args[0]) is typing.Literal:  # not "a list of one of 'a', 'b's"
+            return "a list of values among " + ", ".join(repr(a) for a in typing.get_args(args[0]))
         return f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
     if origin in (dict, Mapping, typing.Mapping):
         return "a mapping"

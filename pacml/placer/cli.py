@@ -69,10 +69,16 @@ class TrainPlacerCommand(HydraCommand):
     def validate(self, cfg: DictConfig, overrides: typing.Any) -> DictConfig:
         """Check a composed config (raises our own errors); returns it."""
         cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
-        device_sets(list(cfg.presets))
+        sets = device_sets(list(cfg.presets))
         if cfg.net.decoder == "oneshot" and cfg.net.hidden % cfg.net.heads:
             raise ConfigError(f"net.hidden ({cfg.net.hidden}) must be a multiple of net.heads ({cfg.net.heads}) "
                               "for the oneshot decoder's attention", field="net.heads")
+        if cfg.net.decoder == "oneshot":  # else the first task on a larger device set stops the run
+            large = [(name, d.num_devices) for name, d in sets if d is not None and d.num_devices > cfg.net.max_devices]
+            if large:
+                raise ConfigError(f"the oneshot decoder has {cfg.net.max_devices} device slots; preset {large[0][0]} "
+                                  f"has {large[0][1]} devices (raise net.max_devices or drop the preset)",
+                                  field="net.max_devices")
         if cfg.get("resume"):  # before Hydra makes a run directory for a bad resume
             resume_checkpoint(str(cfg.resume))
         return cfg

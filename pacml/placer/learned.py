@@ -109,6 +109,15 @@ class LearnedPlacer:
         net, meta = _NETS[key]
         return net, meta, str(path)
 
+    def check(self, objective: BoundObjective) -> None:
+        """Find and load the checkpoint for ``objective`` before any work (``pacml-place`` runs this
+        while checking its config, so a missing or damaged placer is refused before a run starts).
+
+        Raises:
+            ConfigError: (field ``method.checkpoint``) no placer there, or not a loadable one.
+        """
+        self.network(objective.name)
+
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Place ``objective.graph`` on ``objective.devices`` (see the modes)."""
         t0 = time.perf_counter()

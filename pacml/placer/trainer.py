@@ -91,7 +91,8 @@ class PlacerTrainer:
                 for obj in objectives:
                     self.keys.append((gname, dname, obj))
         if not self.keys:
-            raise ConfigError("no task: no graph fits the device sets and objectives given", field="devices")
+            raise ConfigError("no task: no pre-training graph brings its own device set (only dnn-partitioning "
+                              "graphs do, with corpus.real=true); name a device preset too", field="presets")
         self.net_config, self.ppo = net, ppo
         self.seed = seed
         torch.manual_seed(seed)
