@@ -19,8 +19,9 @@ free elsewhere. There a degree is feasible when first fit's placement meets the 
 of the first ``hetero_block_search`` free blocks of the degree (first-fit order) does, and the job
 is placed in the first such block (:meth:`FeasibilityTable.chosen_block`). Every policy that asks
 the table (the rules, the agents' masks and features, the rollouts) and the simulation placing a
-decision without a block thus see the same block. On a cluster of one kind nothing changes (a
-block there times as first fit's does, up to its shape, and first fit is kept exactly).
+decision without a block thus see the same block. On a cluster of one kind no block is searched:
+first fit is kept exactly, as the paper's results were produced (there another free block of
+first fit's shape times the same; a policy may still search blocks itself, ``policy.block_search``).
 """
 
 from __future__ import annotations
