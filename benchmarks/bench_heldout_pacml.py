@@ -58,6 +58,7 @@ not run.
 
 Usage::
 
+    nice -n 10 python benchmarks/bench_heldout_pacml.py                   # every step below in one process
     nice -n 10 python benchmarks/bench_heldout_pacml.py --step select     # then rules, grid512
     nice -n 10 python benchmarks/bench_heldout_pacml.py --step agent --sets heldout,grid,grid512
     nice -n 10 python benchmarks/bench_heldout_pacml.py --step per_beta   # then ablations
@@ -459,12 +460,20 @@ def print_per_beta(table: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one step (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--step", required=True,
-                    choices=["select", "rules", "agent", "per_beta", "ablations", "grid512", "summary"])
+    ap.add_argument("--step", default="all",
+                    choices=["all", "select", "rules", "agent", "per_beta", "ablations", "grid512", "summary"],
+                    help="all (default): every step in order in this one process, then the summary")
     ap.add_argument("--sets", default="heldout,grid", help="rules/agent/ablations: comma-separated sets, in order")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="episodes (the summary goes beside: *_summary.json)")
     ap.add_argument("--rules-out", type=Path, default=DEFAULT_RULES_OUT, help="teacher searches")
     a = ap.parse_args(argv)
+    if a.step == "all":
+        extra = ["--out", str(a.out), "--rules-out", str(a.rules_out)]
+        for step, step_sets in (("select", "heldout,grid"), ("rules", "heldout,grid"), ("agent", "heldout,grid,grid512"),
+                                ("per_beta", "heldout,grid"), ("ablations", "heldout,grid"), ("grid512", "grid512"),
+                                ("summary", "grid,heldout,grid512")):
+            main(["--step", step, "--sets", step_sets, *extra])
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     sets = [s for s in a.sets.split(",") if s]
     results = load(a.out)
