@@ -968,6 +968,8 @@ def generate(command: str, rng: random.Random, tmp: Path, sweep: Path, known: se
         return with_placer_base(args, atoms), atoms
     if command == "pacml-train":
         goods, bads = hydra_atoms(rng, command, known)
+        if not (tmp / TRAIN_RUN).is_dir():  # no run to resume (main() writes one): no resume pieces
+            goods, bads = ([a for a in atoms if not any("{tmp}" in x for x in a.args)] for atoms in (goods, bads))
         args, atoms = command_line(rng, goods, bads, p_bad=0.5)
         return with_train_base(args, tmp), atoms
     if command in HYDRA_COMMANDS:
