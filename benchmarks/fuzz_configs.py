@@ -532,6 +532,7 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
             names="method._target_"),
         bad("method=null", names="method"),
         bad(f"gantt={rng.choice(WRONG_BOOL)}"),
+        bad(f"skip_finished={rng.choice(WRONG_BOOL)}"),
         bad(f"{rng.choice(['foo', 'graphs', 'objectives', 'seeds'])}=1"),
         bad(f"+{rng.choice(['foo', 'devices.foo', 'method.bar'])}=1",
             names=("foo", "devices.foo", "method.bar", "method")),

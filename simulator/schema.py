@@ -112,6 +112,7 @@ PLACE_KEYS: dict[str, Rule] = {
     "objective": Rule(typing.Literal["step", "latency", "pipeline"], required=True),
     "gantt": Rule(bool),
     "out_dir": Rule(str | None, non_empty=True),
+    "skip_finished": Rule(bool),
 }
 PLACE_PLUGINS = ("method",)
 

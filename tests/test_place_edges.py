@@ -239,3 +239,24 @@ def test_train_placer_refusals_name_the_key(capsys, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no task") as exc:
         build_trainer(cfg, tmp_path)
     assert exc.value.field == "presets"
+
+
+def test_a_rerun_skips_a_finished_run_and_clears_a_killed_runs_temporaries(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    args = [sys.executable, "-c", "from simulator.place.cli import main; main()", "graph=alexnet", "method=heft",
+            f"out_dir={out}"]
+    first = subprocess.run([*args, "gantt=false"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    written = (out / "summary.json").stat().st_mtime_ns
+    for name in (".summary.json.abc.tmp", ".gantt.png.abc.tmp"):  # what a killed run leaves
+        (out / name).write_bytes(b"")
+    again = subprocess.run([*args, "gantt=false"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "skipping" in again.stdout + again.stderr, again.stderr
+    assert (out / "summary.json").stat().st_mtime_ns == written and not (out / ".summary.json.abc.tmp").exists()
+    # Another config in the same folder runs (here: the chart asked for), and its chart clears its temporary.
+    chart = subprocess.run([*args, "gantt=true"], capture_output=True, text=True, timeout=300)
+    assert chart.returncode == 0 and "skipping" not in chart.stdout + chart.stderr, chart.stderr
+    assert (out / "gantt.png").is_file() and not list(out.glob(".*.tmp"))

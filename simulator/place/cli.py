@@ -25,6 +25,7 @@ bad input (one line, exit status 2), like every other bad value.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import sys
@@ -356,7 +357,7 @@ def run_place(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | No
         "evaluations": result.evaluations,
         "info": _jsonable(result.info),
         "config": {**choices, "graph": str(cfg.graph), "objective": objective.name, "seed": int(cfg.seed)},
-        "resolved_config": _jsonable(OmegaConf.to_container(cfg, resolve=True)),
+        "resolved_config": _comparable(cfg),
     }
     placement = {
         "graph": str(cfg.graph),
@@ -372,6 +373,38 @@ def run_place(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | No
                                        f"{g.name} | {method_name} on {devices.name} | {objective.name}")
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+def _comparable(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config minus the keys that do not change a run's files (for ``skip_finished``)."""
+    data = _jsonable(OmegaConf.to_container(cfg, resolve=True))
+    for key in ("skip_finished", "out_dir"):
+        data.pop(key, None)
+    return data
+
+
+def already_done(out: Path, cfg: DictConfig) -> bool:
+    """A previous run wrote ``summary.json`` in ``out`` for this same config (the one saved inside it)."""
+    summary = out / "summary.json"
+    try:
+        return summary.is_file() and json.loads(summary.read_text()).get("resolved_config") == _comparable(cfg)
+    except (ValueError, OSError):
+        return False
+
+
+#: The files a run writes through a temporary file (``workloads.io.atomic_write``: ``.{name}.*.tmp``).
+RUN_FILES = ("placement.json", "summary.json")
+
+
+def clear_stale_temporaries(out: Path) -> list[Path]:
+    """Remove the temporary files a killed run left in ``out`` (one folder holds one run; the chart's
+    own are cleared by :func:`analysis.gantt.save_chart`); returns what was removed."""
+    removed = [p for name in RUN_FILES for p in out.glob(f".{name}.*.tmp") if p.is_file()]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    if removed:
+        log.info("%s: removed %d temporary file(s) a killed run left", out, len(removed))
+    return removed
 
 
 def write_gantt(out: Path, graph: ComputeGraph, devices: DeviceSet, objective: BoundObjective,
@@ -414,6 +447,10 @@ def _hydra_main(cfg: DictConfig) -> None:
     report_user_errors(PROG, lambda: COMMAND.validate(cfg, list(hc.overrides.task)))
     out = Path(cfg.out_dir) if cfg.get("out_dir") else Path(hc.runtime.output_dir)
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
+    clear_stale_temporaries(out)
+    if cfg.get("skip_finished", True) and already_done(out, cfg):
+        log.info("skipping %s: summary.json already written for this config", out)
+        return
 
     def body() -> None:
         s = run_place(cfg, out, choices)
