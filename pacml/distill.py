@@ -28,23 +28,23 @@ import multiprocessing as mp
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from pacml.critic import CriticPolicy, save_critic, train_critic
 from pacml.env import TRAIN_SEED_LOW, ClusterEnv
 from pacml.features import server_features, take_features
-from pacml.model import graph_data
 from pacml.policy import PacMLPolicy, load_policy, save_policy
 from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 from simulator.policies.lookahead import RolloutLookahead
 from workloads.io import atomic_write, atomic_write_json
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,8 @@ def _planner(cfg: DistillConfig) -> RolloutLookahead:
 
 def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, path: Path) -> dict[str, float]:
     """Run one planner episode on ``sim_seed`` and write its demonstrations to ``path`` (npz)."""
+    import torch  # lazy: torch
+
     torch.set_num_threads(cfg.torch_threads)
     planner = _planner(cfg)
     agent = planner.default
@@ -230,6 +232,8 @@ def _evaluate(sim_config: DictConfig, policy: PacMLPolicy, seeds: list[int], env
 
 def _targets(demos: dict[str, np.ndarray], cfg: DistillConfig) -> torch.Tensor:
     """Class indices (hard targets) or per-action probabilities (soft targets)."""
+    import torch  # lazy: torch
+
     if cfg.soft_temperature_jobs is None:
         return torch.from_numpy(demos["action"])
     scores = demos["scores"].astype(np.float64).copy()
@@ -249,6 +253,10 @@ def _targets(demos: dict[str, np.ndarray], cfg: DistillConfig) -> torch.Tensor:
 def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndarray], out_dir: Path,
             progress: bool = True) -> dict[str, Any]:
     """Fine-tune the agent on the planner's actions; keep the best epoch by validation."""
+    import torch  # lazy: torch
+
+    from pacml.model import graph_data
+
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -337,6 +345,10 @@ def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.n
     Writes ``critic.pt`` (with the agent's checkpoint and the chosen margin in its metadata, so
     ``policy=pacml_critic policy.critic=...`` needs nothing else) and ``critic_metrics.csv``.
     """
+    import torch  # lazy: torch
+
+    from pacml.critic import CriticPolicy, save_critic, train_critic
+
     torch.set_num_threads(cfg.torch_threads)
     agent = PacMLPolicy(cfg.checkpoint)
     critic, losses = train_critic(demos, epochs=cfg.critic_epochs, hidden=cfg.critic_hidden, seed=cfg.seed)
