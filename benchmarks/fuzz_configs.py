@@ -354,7 +354,7 @@ def train_entry() -> Callable[[list[str]], None]:
         out = root / str(next(count))
         resumed = next((a.split("=", 1)[1] for a in argv if a.startswith("resume=")), None)
         run = Path(resumed) if resumed else out
-        if resumed:  # a copy: every resume line continues the same short run
+        if resumed and run.is_dir():  # a copy: every resume line continues the same short run
             run = out / "resumed"
             shutil.copytree(resumed, run)
             argv = [f"resume={run}" if a.startswith("resume=") else a for a in argv]
