@@ -636,6 +636,7 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     ("pacml.train", ["policy.block_search=-1"]),  # pacml-sim's: training would ignore it
     ("pacml.distill", ["distill.episodes=0"]),
     ("pacml.adaptive_train", ["nokey=1"]),
+    ("pacml.placer.cli", ["net.hidden=0"]),
 ])
 def test_a_config_error_is_reported_before_torch_is_imported(command: str, args: list[str]) -> None:
     """torch takes seconds to import: a bad value must be one line (exit 2) before it."""

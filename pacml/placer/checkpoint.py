@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from pacml.placer.model import NetConfig, PlacerNet
+from pacml.placer.settings import NetConfig
 from pacml.runfiles import load_torch_file
 from simulator.errors import ConfigError
 from workloads.io import atomic_write
+
+if TYPE_CHECKING:
+    from pacml.placer.model import PlacerNet
 
 PLACER_FORMAT = "pacml-placer"
 #: Directory of the shipped placers.
@@ -29,6 +30,8 @@ DEFAULT_PLACERS = {"step": "placer_step", "latency": "placer_step", "pipeline": 
 
 def save_placer(path: str | Path, net: PlacerNet, meta: dict[str, Any]) -> None:
     """Write a placer (weights, sizes, ``meta``) atomically."""
+    import torch  # lazy: torch
+
     buf = io.BytesIO()
     torch.save({"format": PLACER_FORMAT, "version": 1, "net": net.config_dict(), "model": net.state_dict(),
                 "meta": meta}, buf)
@@ -51,6 +54,8 @@ def resolve_placer(spec: str | None, objective: str, *, field: str = "method.che
 
 def load_placer(path: str | Path, *, field: str = "method.checkpoint") -> tuple[PlacerNet, dict[str, Any]]:
     """Load a placer written by :func:`save_placer`; bad files are one-line config errors."""
+    from pacml.placer.model import PlacerNet
+
     path = Path(path)
     try:
         state = load_torch_file(path, "placer")

@@ -21,22 +21,22 @@ import typing
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from pacml.placer.checkpoint import SHIPPED_DIR
-from pacml.placer.model import DECODERS, NetConfig
-from pacml.placer.ppo import PPOSettings
 from pacml.placer.problem import ORDERS
-from pacml.placer.trainer import CHECKPOINT, PREVIOUS_CHECKPOINT, PlacerTrainer
-from pacml.runfiles import load_run_config
+from pacml.placer.settings import DECODERS, NetConfig, PPOSettings
+from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
 from pacml.train import process_age_s  # also registers the resume resolvers of the config
 from simulator.cli import HydraCommand, _override_keys, preflight, report_user_errors
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config
 from simulator.schema import MAX_SEED, Rule, dataclass_rules, validate_config
 from workloads.io import atomic_write_text
+
+if typing.TYPE_CHECKING:
+    from pacml.placer.trainer import PlacerTrainer
 
 log = logging.getLogger(__name__)
 PROG = "pacml-train-placer"
@@ -129,6 +129,8 @@ def training_graphs(cfg: DictConfig) -> list:
 
 def build_trainer(cfg: DictConfig, out_dir: Path, started_at: float | None = None) -> PlacerTrainer:
     """A trainer for ``cfg`` writing into ``out_dir``."""
+    from pacml.placer.trainer import PlacerTrainer  # lazy: torch
+
     return PlacerTrainer(
         training_graphs(cfg), device_sets(list(cfg.presets)), list(cfg.objectives),
         net=NetConfig(**OmegaConf.to_container(cfg.net)), ppo=PPOSettings(**OmegaConf.to_container(cfg.ppo)),
@@ -177,6 +179,8 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
                 changed.append(f"{key}={OmegaConf.select(cfg, key)}")
         out_dir = ckpt.parent
         cfg = saved
+    import torch  # lazy: torch
+
     torch.set_num_threads(int(cfg.torch_threads))
     trainer = build_trainer(cfg, out_dir, started_at)
     if resume:

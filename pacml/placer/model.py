@@ -26,7 +26,7 @@ them. So unlike the sequential decoder, the one-shot one is not permutation-awar
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -35,46 +35,14 @@ from torch_geometric.nn import SAGEConv
 
 from pacml.placer.decode import EFT_FEATURE, NUM_STEP_FEATURES, OneShotWeights, ScorerWeights
 from pacml.placer.problem import NUM_DEVICE_FEATURES, NUM_GROUP_FEATURES, GroupProblem
+from pacml.placer.settings import DECODERS, NetConfig
 from simulator.errors import ConfigError
-
-#: Decoders: ``sequential`` (groups placed one by one, priced from the partial placement) or
-#: ``oneshot`` (GDP: every group's device distribution at once, from the graph alone).
-DECODERS = ("sequential", "oneshot")
-
-
-@dataclass(frozen=True)
-class NetConfig:
-    """Sizes of :class:`PlacerNet` (saved in checkpoints)."""
-
-    hidden: int = 64
-    layers: int = 3
-    use_edges: bool = True
-    prior: float = 5.0
-    #: Earliest finish with insertion into idle gaps (HEFT's policy); False: after the device's last
-    #: group (placers trained before 2026-12-05).
-    insertion: bool = False
-    #: Placement order of the groups: ``rank`` (HEFT's upward rank over the forward pass, the
-    #: placers trained before 2026-12-06) or ``full_rank`` (HEFT's own: over the whole step, as
-    #: HEFT schedules it; see :func:`pacml.placer.problem.GroupProblem.from_objective`) or ``heft``
-    #: (each group at its first node in HEFT's node order, times from HEFT's node-level clock:
-    #: :mod:`pacml.placer.node_clock`; always with insertion).
-    order: str = "rank"
-    #: Whether the earliest-finish prior adds the transfers to consumers placed earlier (the
-    #: backward pass's gradients, under ``rank``) to a device's finish time; ``False``: the finish
-    #: time alone, as HEFT's device rule.
-    cost_outputs: bool = True
-    #: ``sequential`` (every shipped placer) or ``oneshot`` (GDP's design; see the module docstring).
-    decoder: str = "sequential"
-    #: Attention heads of the one-shot decoder's self-attention layer.
-    heads: int = 4
-    #: Device slots of the one-shot decoder (the most devices it can place on).
-    max_devices: int = 16
 
 
 class PlacerNet(nn.Module):
     """GNN encoder + device scorer (see module docstring)."""
 
-    def __init__(self, config: NetConfig = NetConfig()) -> None:
+    def __init__(self, config: NetConfig = NetConfig()) -> None:  # noqa: B008 - frozen dataclass
         super().__init__()
         self.config = config
         h = config.hidden

@@ -22,23 +22,10 @@ from torch import nn
 from pacml.placer.decode import Rollout, decode
 from pacml.placer.model import PlacerNet, problem_tensors
 from pacml.placer.problem import ORDER_BY, GroupProblem
+from pacml.placer.settings import PPOSettings
 from simulator.place.heuristics import HeftPlacer
 from simulator.place.objectives import BoundObjective
 from simulator.place.placer import SingleDevicePlacer
-
-
-@dataclass(frozen=True)
-class PPOSettings:
-    """PPO knobs of the placer (``ppo`` in ``conf/train_placer.yaml``)."""
-
-    batch: int = 16
-    tasks_per_update: int = 4
-    epochs: int = 4
-    clip: float = 0.2
-    learning_rate: float = 1e-3
-    ent_coef: float = 0.01
-    max_grad_norm: float = 1.0
-    infeasible_reward: float = -3.0
 
 
 @dataclass(eq=False)
