@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from workloads.io import atomic_write
+from workloads.io import atomic_write, clear_stale_temporaries
 
 #: Arrows are drawn for at most this many transfers (beyond, only the bars: a chart stays legible).
 MAX_ARROWS = 150
@@ -112,12 +112,10 @@ def plot_pipeline_loads(devices: Sequence[str], compute_s: Sequence[float], comm
 def save_chart(fig: Figure, directory: str | Path, name: str) -> list[Path]:
     """Write ``fig`` as ``directory/name.png`` and ``.svg`` (atomically); returns the paths."""
     paths = []
+    # A run killed while drawing left its temporary files; one directory holds one run's charts.
+    clear_stale_temporaries(directory, [f"{name}.{fmt}" for fmt in ("png", "svg")])
     for fmt in ("png", "svg"):
         path = Path(directory) / f"{name}.{fmt}"
-        # A run killed while drawing (SIGKILL cannot be cleaned up after) left its temporary file;
-        # one directory holds one run's charts, so the next write clears it.
-        for stale in path.parent.glob(f".{path.name}.*.tmp"):
-            stale.unlink(missing_ok=True)
         atomic_write(path, lambda fh, fmt=fmt: fig.savefig(fh, format=fmt, dpi=120))
         paths.append(path)
     return paths

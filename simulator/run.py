@@ -34,6 +34,7 @@ from tqdm import tqdm
 from simulator.build import build_policy, build_simulation
 from simulator.cli import HydraCommand, policy_name, preflight, report_user_errors
 from simulator.records import CsvStreamSink, write_run_files
+from workloads.io import clear_stale_temporaries
 
 log = logging.getLogger(__name__)
 
@@ -119,17 +120,6 @@ def _already_done(out: Path, cfg: DictConfig) -> bool:
 RUN_FILES = ("jobs.csv", "summary.json")
 
 
-def clear_stale_temporaries(out: Path) -> list[Path]:
-    """Remove the temporary files a killed run left in ``out`` (one directory holds one run, so no
-    other writer owns them); returns what was removed."""
-    removed = [p for name in RUN_FILES for p in out.glob(f".{name}.*.tmp") if p.is_file()]
-    for path in removed:
-        path.unlink(missing_ok=True)
-    if removed:
-        log.info("%s: removed %d temporary file(s) a killed run left", out, len(removed))
-    return removed
-
-
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="sim")
 def _hydra_main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
@@ -138,7 +128,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     out = Path(cfg.out_dir) if cfg.get("out_dir") else Path(hc.runtime.output_dir)
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
     choices["policy"] = policy_name(choices.get("policy"), hc.overrides.task)
-    clear_stale_temporaries(out)
+    clear_stale_temporaries(out, RUN_FILES)  # one folder holds one run
     if cfg.get("skip_finished", True) and _already_done(out, cfg):
         log.info("skipping %s: summary.json already written for this config", out)
         return

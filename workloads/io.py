@@ -3,15 +3,19 @@ reading text input so that undecodable bytes and control characters become one-l
 
 from __future__ import annotations
 
+import glob
 import json
+import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 from workloads.errors import WorkloadError
+
+log = logging.getLogger(__name__)
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
@@ -30,6 +34,19 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def clear_stale_temporaries(directory: str | Path, names: Iterable[str]) -> list[Path]:
+    """Remove the temporary files :func:`atomic_write` left in ``directory`` for the files ``names``
+    when its process was killed (SIGKILL skips its cleanup); returns what was removed. Only for a
+    directory that one writer owns (a run's folder), where no other write can be in progress."""
+    directory = Path(directory)
+    removed = [p for name in names for p in directory.glob(f".{glob.escape(name)}.*.tmp") if p.is_file()]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    if removed:
+        log.info("%s: removed %d temporary file(s) a killed run left", directory, len(removed))
+    return removed
 
 
 def _umask() -> int:

@@ -50,7 +50,7 @@ from simulator.place.placer import PlacerResult, SingleDevicePlacer
 from simulator.schema import PLACE_KEYS, PLACE_PLUGINS, validate_config
 from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
-from workloads.io import atomic_write_json
+from workloads.io import atomic_write_json, clear_stale_temporaries
 from workloads.loaders import load_compute_graph
 
 log = logging.getLogger(__name__)
@@ -392,19 +392,9 @@ def already_done(out: Path, cfg: DictConfig) -> bool:
         return False
 
 
-#: The files a run writes through a temporary file (``workloads.io.atomic_write``: ``.{name}.*.tmp``).
+#: The files a run writes through a temporary file (``workloads.io.atomic_write``: ``.{name}.*.tmp``);
+#: the chart's own are cleared by :func:`analysis.gantt.save_chart`.
 RUN_FILES = ("placement.json", "summary.json")
-
-
-def clear_stale_temporaries(out: Path) -> list[Path]:
-    """Remove the temporary files a killed run left in ``out`` (one folder holds one run; the chart's
-    own are cleared by :func:`analysis.gantt.save_chart`); returns what was removed."""
-    removed = [p for name in RUN_FILES for p in out.glob(f".{name}.*.tmp") if p.is_file()]
-    for path in removed:
-        path.unlink(missing_ok=True)
-    if removed:
-        log.info("%s: removed %d temporary file(s) a killed run left", out, len(removed))
-    return removed
 
 
 def write_gantt(out: Path, graph: ComputeGraph, devices: DeviceSet, objective: BoundObjective,
@@ -447,7 +437,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     report_user_errors(PROG, lambda: COMMAND.validate(cfg, list(hc.overrides.task)))
     out = Path(cfg.out_dir) if cfg.get("out_dir") else Path(hc.runtime.output_dir)
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
-    clear_stale_temporaries(out)
+    clear_stale_temporaries(out, RUN_FILES)  # one folder holds one run
     if cfg.get("skip_finished", True) and already_done(out, cfg):
         log.info("skipping %s: summary.json already written for this config", out)
         return
