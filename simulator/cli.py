@@ -7,6 +7,7 @@ ends the command with one clear line on stderr and exit status 2, never a traceb
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -304,3 +305,14 @@ def report_user_errors(prog: str, body: Callable[[], None]) -> None:
         body()
     except USER_ERRORS as exc:
         fail(prog, one_line(str(exc)))
+
+
+def finished_run(out: Path, resolved_config: object) -> bool:
+    """A previous run wrote ``summary.json`` in ``out`` for this same config: the ``resolved_config``
+    saved inside it when that run finished equals ``resolved_config`` (Hydra rewrites
+    ``.hydra/config.yaml`` before every run, so that file cannot tell)."""
+    summary = out / "summary.json"
+    try:
+        return summary.is_file() and json.loads(summary.read_text()).get("resolved_config") == resolved_config
+    except (ValueError, OSError):
+        return False

@@ -17,7 +17,6 @@ same config is skipped (``skip_finished``), so an interrupted sweep resumes wher
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import signal
 import sys
@@ -32,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from simulator.build import build_policy, build_simulation
-from simulator.cli import HydraCommand, policy_name, preflight, report_user_errors
+from simulator.cli import HydraCommand, finished_run, policy_name, preflight, report_user_errors
 from simulator.records import CsvStreamSink, write_run_files
 from workloads.io import clear_stale_temporaries
 
@@ -101,21 +100,6 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
     return data
 
 
-def _already_done(out: Path, cfg: DictConfig) -> bool:
-    """A previous run wrote ``summary.json`` here for this same config.
-
-    Compared with the config saved inside ``summary.json`` when that run finished (Hydra
-    rewrites ``.hydra/config.yaml`` before every run, so that file cannot tell).
-    """
-    summary = out / "summary.json"
-    if not summary.is_file():
-        return False
-    try:
-        return json.loads(summary.read_text()).get("resolved_config") == _comparable(cfg)
-    except (ValueError, OSError):
-        return False
-
-
 #: The files a run writes through a temporary file (``workloads.io.atomic_write``: ``.{name}.*.tmp``).
 RUN_FILES = ("jobs.csv", "summary.json")
 
@@ -129,7 +113,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
     choices["policy"] = policy_name(choices.get("policy"), hc.overrides.task)
     clear_stale_temporaries(out, RUN_FILES)  # one folder holds one run
-    if cfg.get("skip_finished", True) and _already_done(out, cfg):
+    if cfg.get("skip_finished", True) and finished_run(out, _comparable(cfg)):
         log.info("skipping %s: summary.json already written for this config", out)
         return
 

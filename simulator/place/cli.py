@@ -25,7 +25,6 @@ bad input (one line, exit status 2), like every other bad value.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -41,7 +40,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from simulator.build import instantiate_checked
-from simulator.cli import CONF_DIR, HydraCommand, _override_keys, preflight, report_user_errors
+from simulator.cli import (
+    CONF_DIR,
+    HydraCommand,
+    _override_keys,
+    finished_run,
+    preflight,
+    report_user_errors,
+)
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config, ramp_block_devices
 from simulator.place.large import big_graph, is_big_graph_name
@@ -383,15 +389,6 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
     return data
 
 
-def already_done(out: Path, cfg: DictConfig) -> bool:
-    """A previous run wrote ``summary.json`` in ``out`` for this same config (the one saved inside it)."""
-    summary = out / "summary.json"
-    try:
-        return summary.is_file() and json.loads(summary.read_text()).get("resolved_config") == _comparable(cfg)
-    except (ValueError, OSError):
-        return False
-
-
 #: The files a run writes through a temporary file (``workloads.io.atomic_write``: ``.{name}.*.tmp``);
 #: the chart's own are cleared by :func:`analysis.gantt.save_chart`.
 RUN_FILES = ("placement.json", "summary.json")
@@ -438,7 +435,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     out = Path(cfg.out_dir) if cfg.get("out_dir") else Path(hc.runtime.output_dir)
     choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
     clear_stale_temporaries(out, RUN_FILES)  # one folder holds one run
-    if cfg.get("skip_finished", True) and already_done(out, cfg):
+    if cfg.get("skip_finished", True) and finished_run(out, _comparable(cfg)):
         log.info("skipping %s: summary.json already written for this config", out)
         return
 
