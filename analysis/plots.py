@@ -92,11 +92,6 @@ def policy_styles(policies: Iterable[str]) -> dict[str, PolicyStyle]:
     return styles
 
 
-def policy_colour(policy: str) -> str:
-    """The colour of a policy drawn on its own (:func:`policy_styles`)."""
-    return policy_styles([policy])[policy].colour
-
-
 class DataFigure(Figure):
     """A figure and the table of the values it plots (``data``), which :func:`save_figure`
     writes beside it as CSV."""
@@ -208,7 +203,7 @@ def _with_context(stats: pd.DataFrame, runs: pd.DataFrame, confidence: float) ->
 def _panels(frame: pd.DataFrame, columns: Sequence[str]) -> list[tuple[str, dict[str, Any], pd.DataFrame]]:
     """(title, values, rows) per combination of ``columns`` that vary in ``frame`` (one panel,
     untitled, if none does)."""
-    varying = [c for c in columns if c in frame.columns and frame[c].nunique(dropna=False) > 1]
+    varying = _varying(frame, columns)
     if not varying:
         return [("", {}, frame)]
     panels = []
@@ -218,8 +213,8 @@ def _panels(frame: pd.DataFrame, columns: Sequence[str]) -> list[tuple[str, dict
     return panels
 
 
-def _select(frame: pd.DataFrame, values: Mapping[str, Any]) -> pd.DataFrame:
-    """Rows of ``frame`` with ``values`` (NaN matches NaN)."""
+def rows_with(frame: pd.DataFrame, values: Mapping[str, Any]) -> pd.DataFrame:
+    """Rows of ``frame`` with ``values`` in their columns (NaN matches NaN)."""
     mask = pd.Series(True, index=frame.index)
     for column, value in values.items():
         mask &= frame[column].isna() if pd.isna(value) else frame[column].eq(value)
@@ -268,7 +263,7 @@ def plot_blocking_vs_load(runs: pd.DataFrame, confidence: float = 0.95, by: Sequ
     fig, axes = _grid(len(panels), 4.2, 3.9)
     loads = sorted(stats["mean_interarrival_s"].dropna().unique())
     for ax, (title, values, panel) in zip(axes, panels, strict=False):
-        panel_runs = _select(runs, values)
+        panel_runs = rows_with(runs, values)
         for policy in ordered_policies(panel["policy"]):
             line = panel[panel["policy"] == policy].sort_values("mean_interarrival_s")
             style = styles[policy]
@@ -279,7 +274,7 @@ def plot_blocking_vs_load(runs: pd.DataFrame, confidence: float = 0.95, by: Sequ
                                 color=style.colour, alpha=0.2, linewidth=0)
             few = line[line["n"] < MIN_SEEDS_FOR_INTERVAL]
             if not few.empty:
-                seeds = _select(panel_runs, {"policy": policy})
+                seeds = rows_with(panel_runs, {"policy": policy})
                 seeds = seeds[seeds["mean_interarrival_s"].isin(few["mean_interarrival_s"])]
                 ax.scatter(seeds["mean_interarrival_s"], seeds["blocking_rate"], marker=style.marker,
                            facecolors="none", edgecolors=style.colour, s=22, linewidths=0.8)
@@ -340,7 +335,7 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
         table = stats[stats["metric"] == metric]
         for i, policy in enumerate(policies):
             x = np.arange(len(categories)) + (i - (len(policies) - 1) / 2) * width
-            rows = [_select(table, {**values, "policy": policy}) for _, values, _ in categories]
+            rows = [rows_with(table, {**values, "policy": policy}) for _, values, _ in categories]
             mean = np.array([r["mean"].iloc[0] if len(r) else np.nan for r in rows])
             low = np.array([r["ci_low"].iloc[0] if len(r) else np.nan for r in rows])
             high = np.array([r["ci_high"].iloc[0] if len(r) else np.nan for r in rows])
@@ -351,7 +346,7 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
                    label=f"{policy_label(policy)} ({_n_text(n)})", error_kw={"elinewidth": 1, "ecolor": "0.3"})
             for xi, r, (_, values, _) in zip(x, rows, categories, strict=True):
                 if len(r) and r["n"].iloc[0] < MIN_SEEDS_FOR_INTERVAL:
-                    seeds = _select(runs, {**values, "policy": policy})[metric].dropna()
+                    seeds = rows_with(runs, {**values, "policy": policy})[metric].dropna()
                     ax.scatter(np.full(len(seeds), xi), seeds, marker=style.marker, facecolors="white",
                                edgecolors="black", s=18, linewidths=0.7, zorder=3)
             ref = (reference or {}).get(metric, {}).get(policy, {})

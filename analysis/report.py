@@ -41,6 +41,7 @@ from analysis.plots import (
     plot_utilisation_timeline,
     policy_label,
     policy_styles,
+    rows_with,
     run_time_units,
     save_figure,
     time_unit,
@@ -194,9 +195,7 @@ def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
                 for metric, short, paper in (("blocking_rate", "blocking", PAPER_BLOCKING_RATE),
                                              ("demand_throughput_Bps", "throughput_Bps",
                                               PAPER_DEMAND_THROUGHPUT_BPS)):
-                    found = stats[(stats["metric"] == metric) & stats["beta"].eq(beta) & stats["policy"].eq(policy)]
-                    for column, value in values.items():
-                        found = found[found[column].isna() if pd.isna(value) else found[column].eq(value)]
+                    found = rows_with(stats, {"metric": metric, "beta": beta, "policy": policy, **values})
                     ours = found.iloc[0] if len(found) else NO_RUNS
                     row["n"] = int(ours["n"])
                     row.update({f"{short}_{k}": ours[k] for k in ("mean", "ci_low", "ci_high")})
@@ -392,20 +391,13 @@ def _summary_table(summary: pd.DataFrame, groups: list[str], runs: pd.DataFrame)
         cells = [policy_label(policy), *(_value(v) for v in rest),
                  str(int(wide.loc[(*key, "blocking_rate"), "n"]))]
         if mixed:
-            dirs = runs.loc[_match(runs, dict(zip(groups, key, strict=True))), "run_dir"]
+            dirs = rows_with(runs, dict(zip(groups, key, strict=True)))["run_dir"]
             cells.append(" or ".join(dict.fromkeys(units[dirs])))
         for metric, (_, scale, fmt) in metrics.items():
             stat = wide.loc[(*key, metric)]
             cells.append(_interval_text(stat["mean"] / scale, stat["ci_low"] / scale, stat["ci_high"] / scale, fmt))
         rows.append(cells)
     return _md_table(header, rows)
-
-
-def _match(frame: pd.DataFrame, values: dict[str, object]) -> pd.Series:
-    mask = pd.Series(True, index=frame.index)
-    for column, value in values.items():
-        mask &= frame[column].isna() if pd.isna(value) else frame[column].eq(value)
-    return mask
 
 
 def _comparison_table(comparison: pd.DataFrame) -> str:
@@ -439,13 +431,6 @@ def _interval_text(mean: float, low: float, high: float, fmt: str) -> str:
     if math.isclose(mean - low, high - mean, rel_tol=1e-9, abs_tol=1e-12):
         return f"{fmt.format(mean)} ± {fmt.format(high - mean)}"
     return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
-
-
-def _pm(mean: float, half: float, fmt: str) -> str:
-    """``mean ± half`` (just the mean if the half-width is NaN, a dash if the mean is)."""
-    if math.isnan(mean):
-        return "–"
-    return fmt.format(mean) if math.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
 
 
 def _url(path: str) -> str:
