@@ -421,11 +421,7 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     dcfg = DistillConfig(**data)  # type: ignore[arg-type]
     if dcfg.mode not in ("imitate", "critic"):
         raise ConfigError(f"must be 'imitate' or 'critic', got {dcfg.mode!r}", field="distill.mode")
-    try:  # fail before any work, naming this command's key
-        load_policy(dcfg.checkpoint)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).split(": ", 1)[-1].replace("policy.checkpoint=", "distill.checkpoint="),
-                          field="distill.checkpoint") from None
+    load_policy(dcfg.checkpoint, field="distill.checkpoint")  # fail before any work, naming this command's key
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("distill", "hydra", "progress")])
     (out_dir / "distill_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     summary = distill(sim_cfg, dcfg, out_dir, progress=bool(cfg.get("progress", True)))

@@ -103,11 +103,10 @@ def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
         family, beta = match.group(1), match.group(2)
         what = (f"beta {beta!r}" if beta != UNNAMED_BETA
                 else "a beta without a paper name (A-D; e.g. beta=uniform or beta=fixed)")
-        option = field.rpartition(".")[2]
         raise ConfigError(
             f"no shipped {kind} for scenario family {family!r} and {what} ({str(path)!r}), and another "
             f"condition's was not trained for this one. Shipped: {shipped}. Pick one with "
-            f"policy.{option}=NAME or a run of {condition[1]} (policy.{option}=outputs/<run>); policy=pacml is "
+            f"{field}=NAME or a run of {condition[1]} ({field}=outputs/<run>); policy=pacml is "
             "one agent for every beta", field=field)
     raise ConfigError(f"no {kind} checkpoint at {path!r} (shipped: {shipped})", field=field)
 
@@ -126,9 +125,10 @@ def load_payload(path: str | Path, filename: str, fmt: str, kind: str, field: st
     return payload
 
 
-def load_policy(path: str | Path) -> tuple[ActorCritic, Encoder, dict[str, Any]]:
-    """Load a policy checkpoint: the model (eval mode), its encoder and its metadata."""
-    payload = load_payload(path, "policy.pt", POLICY_FORMAT, "policy", "policy.checkpoint")
+def load_policy(path: str | Path, field: str = "policy.checkpoint") -> tuple[ActorCritic, Encoder, dict[str, Any]]:
+    """Load a policy checkpoint: the model (eval mode), its encoder and its metadata; a bad ``path`` is a
+    ConfigError on ``field`` (the key that named it)."""
+    payload = load_payload(path, "policy.pt", POLICY_FORMAT, "policy", field)
     from pacml.model import ActorCritic
 
     model = ActorCritic(**payload["model_config"])
