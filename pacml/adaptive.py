@@ -395,15 +395,13 @@ def save_adaptive(path: str | Path, weights: SelectorWeights, meta: dict[str, An
 def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     """Read a checkpoint written by :func:`save_adaptive`."""
     import json
-    import zipfile
 
+    from pacml.runfiles import archive_problem
     from simulator.errors import ConfigError
 
     try:  # np.load of a file that is no .npz archive would suggest allow_pickle: never for a checkpoint
-        if not zipfile.is_zipfile(path):
-            size = Path(path).stat().st_size
-            raise ValueError("empty file" if size == 0 else
-                             f"not an .npz archive (truncated, damaged or another kind of file; {size} bytes)")
+        if problem := archive_problem(path, "an .npz"):
+            raise ValueError(problem)
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta"]).decode())
             n = int(meta["num_layers"])

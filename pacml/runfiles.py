@@ -84,6 +84,20 @@ def _first_sentence(exc: BaseException) -> str:
     return (text[:cut] if cut > 0 else text.rstrip("."))[:200] or type(exc).__name__
 
 
+def archive_problem(path: str | Path, what: str) -> str | None:
+    """Why ``path`` is not a zip archive (``torch.save`` and ``np.savez`` write one; a cut one has lost
+    its central directory), e.g. ``"empty file"``, or ``None`` when it is one. Checked before loading,
+    since the loaders' own messages for such a file advise unsafe loading.
+
+    Raises:
+        OSError: ``path`` cannot be read.
+    """
+    size = Path(path).stat().st_size
+    if zipfile.is_zipfile(path):
+        return None
+    return "empty file" if size == 0 else f"not {what} archive (truncated, damaged or another kind of file; {size} bytes)"
+
+
 def load_torch_file(path: str | Path, kind: str) -> Any:
     """Read a checkpoint written with ``torch.save`` without unpickling anything but tensors and plain data.
 
@@ -96,13 +110,11 @@ def load_torch_file(path: str | Path, kind: str) -> Any:
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        archive = zipfile.is_zipfile(path)
+        problem = archive_problem(path, "a torch.save")
     except OSError as exc:
         raise ValueError(f"cannot read {kind} {path}: {exc.strerror or exc}") from None
-    if not archive:  # torch.save writes a zip archive; a cut one has lost its central directory
-        what = "empty file" if size == 0 else f"not a torch.save archive (truncated, damaged or another kind of file; {size} bytes)"
-        raise ValueError(f"cannot read {kind} {path}: {what}")
+    if problem:
+        raise ValueError(f"cannot read {kind} {path}: {problem}")
     import torch  # lazy: torch
 
     try:
