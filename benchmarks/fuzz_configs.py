@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,19 @@ BOOL_KEYS = ["sim.comm_quirks", "progress"]
 WRONG_INT = ["abc", "1.5", "[0]", "null", "true", "{a: 1}", "''", "1e3"]
 WRONG_FLOAT = ["abc", "[1]", "null", "true", "nan", "inf", "-inf", "1e400", "{a: 1}"]
 WRONG_BOOL = ["maybe", "1", "0", "yes", "null", "[true]", "'true'"]
+
+
+def typo_atoms(rng: random.Random, known: Iterable[str], count: int) -> list[Atom]:
+    """Bad pieces ``key=1`` where ``key`` is ``count`` known keys each with its last part misspelt
+    (:func:`_typo`; a key with no such misspelling gives none)."""
+    known = set(known)
+    atoms = []
+    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), count):
+        typo = _typo(rng, key.rpartition(".")[2], {k.rpartition(".")[2] for k in known})
+        if typo:
+            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
+            atoms.append(bad(f"{full}=1", names=(full,)))
+    return atoms
 
 
 def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list[Atom], list[Atom]]:
@@ -179,12 +192,7 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
         bad("~seed", names="seed"),
         bad("max_arrivals=0"),
     ]
-    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 3):
-        last = key.rpartition(".")[2]
-        typo = _typo(rng, last, {k.rpartition(".")[2] for k in known})
-        if typo:
-            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
-            b.append(bad(f"{full}=1", names=(full,)))
+    b += typo_atoms(rng, known, 3)
     if command == "pacml-sim":
         g += [
             good(f"policy={rng.choice(['para_max', 'para_min', 'random', 'min_feasible', 'sequential', 'fixed'])}"),
@@ -589,12 +597,7 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
         bad("method=learned", f"method.samples={rng.choice(['0', '-1', 'abc'])}", names="method.samples"),
         bad("method=learned", f"method.temperature={rng.choice(['0', '-1', 'abc'])}", names="method.temperature"),
     ]
-    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 2):
-        last = key.rpartition(".")[2]
-        typo = _typo(rng, last, {k.rpartition(".")[2] for k in known})
-        if typo:
-            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
-            b.append(bad(f"{full}=1", names=(full,)))
+    b += typo_atoms(rng, known, 2)
     return g, b
 
 
@@ -698,12 +701,7 @@ def train_placer_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> 
         bad("~seed", names="seed"),
         bad(rng.choice(["--foo", "-z"]), names=("--foo", "-z"), touches="flags"),
     ]
-    for key in rng.sample(sorted(k for k in known if not k.startswith("_") and "._" not in k), 2):
-        last = key.rpartition(".")[2]
-        typo = _typo(rng, last, {k.rpartition(".")[2] for k in known})
-        if typo:
-            full = f"{key.rpartition('.')[0]}.{typo}" if "." in key else typo
-            b.append(bad(f"{full}=1", names=(full,)))
+    b += typo_atoms(rng, known, 2)
     return g, b
 
 
