@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from pacml.runfiles import archive_problem
 from simulator.cluster import ClusterState
 from simulator.feasibility import FeasibilityTable
 from simulator.policies.heuristics import (
@@ -396,7 +397,6 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     """Read a checkpoint written by :func:`save_adaptive`."""
     import json
 
-    from pacml.runfiles import archive_problem
     from simulator.errors import ConfigError
 
     try:  # np.load of a file that is no .npz archive would suggest allow_pickle: never for a checkpoint
