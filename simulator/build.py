@@ -21,6 +21,7 @@ from simulator.errors import ConfigError
 from simulator.feasibility import DEFAULT_HETERO_BLOCK_SEARCH, Feasibility
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
+from simulator.policy import raised_site
 from simulator.records import RecordSink
 from simulator.schema import MAX_TIME_SCALE, import_target
 from simulator.simulation import Simulation
@@ -74,8 +75,6 @@ def instantiate_checked(node: Any, field: str) -> Any:
             raise ConfigError(str(cause), field=field) from None
         first = exc.__cause__  # e.g. a plug-in's constructor failing: name what it raised and where
         if first is not None:
-            from simulator.policy import raised_site
-
             text = " ".join(str(first).split())[:200]
             raise ConfigError(f"{str(exc).splitlines()[0]} {type(first).__name__}{': ' + text if text else ''} "
                               f"(at {raised_site(first.__traceback__, None)})", field=field) from None
