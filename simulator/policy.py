@@ -76,9 +76,8 @@ def source_site(obj: Any) -> str:
         return getattr(obj, "__qualname__", repr(obj))
 
 
-def policy_name(policy: Any) -> str:
-    """``module.Class`` of a policy object."""
-    cls = type(policy)
+def class_path(cls: type) -> str:
+    """``module.Class`` of a class (a policy's, in messages about it)."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -92,7 +91,7 @@ def interface_problem(cls: type) -> str | None:
     missing = [f"{name}()" for name in ("reset", "decide") if not callable(getattr(cls, name, None))]
     if not missing:
         return None
-    return (f"{source_site(cls)}: policy {cls.__module__}.{cls.__qualname__} has no {' or '.join(missing)} "
+    return (f"{source_site(cls)}: policy {class_path(cls)} has no {' or '.join(missing)} "
             f"method: {PROTOCOL}")
 
 

@@ -47,9 +47,9 @@ from simulator.policy import (
     PROTOCOL,
     Decision,
     Policy,
+    class_path,
     interface_problem,
     is_project_policy,
-    policy_name,
     raised_site,
     source_site,
 )
@@ -410,7 +410,7 @@ class Simulation:
                 calling = ""
                 if not isinstance(decision, Decision):
                     raise InvalidDecision(
-                        f"{source_site(type(policy).decide)}: {policy_name(policy)}.decide returned {decision!r:.60} "
+                        f"{source_site(type(policy).decide)}: {class_path(type(policy))}.decide returned {decision!r:.60} "
                         f"({type(decision).__name__}) for job {job.job_id}, not a Decision: {PROTOCOL}")
                 self.apply(decision)
                 if progress is not None and self.env.now > shown:
@@ -421,7 +421,7 @@ class Simulation:
             self.sink.abort()  # e.g. a streamed jobs.csv is not left half written
             if not user or str(exc).startswith(source_site(type(policy).decide)):
                 raise
-            raise InvalidDecision(f"{source_site(type(policy).decide)}: {policy_name(policy)}.decide: {exc}") from None
+            raise InvalidDecision(f"{source_site(type(policy).decide)}: {class_path(type(policy))}.decide: {exc}") from None
         except (ConfigError, WorkloadError):
             self.sink.abort()
             raise
@@ -432,7 +432,7 @@ class Simulation:
             method = getattr(type(policy), calling)
             where = "" if job is None or calling != "decide" else f" (job {job.job_id})"
             message = " ".join(str(exc).split())[:200]
-            raise InvalidDecision(f"{raised_site(exc.__traceback__, method)}: {policy_name(policy)}.{calling} raised "
+            raise InvalidDecision(f"{raised_site(exc.__traceback__, method)}: {class_path(type(policy))}.{calling} raised "
                                   f"{type(exc).__name__}{': ' + message if message else ''}{where}") from None
         except BaseException:
             self.sink.abort()
