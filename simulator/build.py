@@ -96,9 +96,6 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
         knobs = SimKnobs(**data)  # type: ignore[arg-type]
     if not isinstance(knobs.split_ops, bool):
         raise ConfigError(f"must be true or false, got {knobs.split_ops!r}", field="sim.split_ops")
-    bound = knobs.hetero_block_search
-    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
-        raise ConfigError(f"must be an integer >= 0, got {bound!r}", field="sim.hetero_block_search")
     if not knobs.split_ops and knobs.placement != "block":
         raise ConfigError(f"split_ops=false needs sim.placement=block (sim.placement={knobs.placement} is the "
                           "original's rule, where unsplit ops chain onto one server anywhere)", field="sim.split_ops")

@@ -36,6 +36,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.errors import ConfigError
 from simulator.placement import OpPlacer, Placement
 from simulator.step_model import StepModel, StepResult
 from simulator.topology import Block, RampTopology
@@ -84,12 +85,15 @@ class Feasibility:
         hetero_block_search: On a cluster of several server kinds, how many free blocks of a
             degree (first-fit order) may take a job whose first-fit placement misses its target
             (0: first fit only). Ignored on a cluster of one kind.
+
+    Raises:
+        ConfigError: (field ``sim.hetero_block_search``) the bound is not an integer >= 0.
     """
 
     def __init__(self, topology: RampTopology, placer: OpPlacer, step_model: StepModel,
                  hetero_block_search: int = DEFAULT_HETERO_BLOCK_SEARCH) -> None:
         if isinstance(hetero_block_search, bool) or not isinstance(hetero_block_search, int) or hetero_block_search < 0:
-            raise ValueError(f"sim.hetero_block_search must be an integer >= 0, got {hetero_block_search!r}")
+            raise ConfigError(f"must be an integer >= 0, got {hetero_block_search!r}", field="sim.hetero_block_search")
         self.topology = topology
         self.placer = placer
         self.step_model = step_model
