@@ -148,7 +148,31 @@ def load_sweep(sweep_dir: str | Path) -> pd.DataFrame:
     keys = [c for c in config_columns(runs) if runs[c].notna().any()]
     runs = runs.sort_values(keys, na_position="first", kind="stable").reset_index(drop=True)
     runs.attrs["override_columns"] = overrides
-    return runs
+    return drop_duplicate_seeds(runs)
+
+
+def drop_duplicate_seeds(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with one run per setting (:func:`group_columns`) and seed: the first by ``run_dir``.
+
+    Seeds are the only thing figures and tables average over, so a second run of the same
+    setting and seed is the same random draw again, not a new sample: counting it would shrink
+    the intervals and raise ``n``. Each repeat is logged as one warning naming the run folders.
+    """
+    if runs.empty or not all(c in runs.columns for c in SEED_COLUMNS):
+        return runs
+    keys = [*group_columns(runs), *SEED_COLUMNS]
+    by_dir = runs.sort_values("run_dir", kind="stable")
+    repeated = by_dir[by_dir.duplicated(keys, keep=False)]
+    if repeated.empty:
+        return runs
+    for _, same in repeated.groupby(keys, dropna=False, sort=False):
+        dirs = same["run_dir"].tolist()
+        log.warning("runs %s have the same settings and seed: using only %s (a repeat adds no sample)",
+                    ", ".join(dirs), dirs[0])
+    keep = ~runs.index.isin(by_dir.index[by_dir.duplicated(keys, keep="first")])
+    kept = runs[keep].reset_index(drop=True)
+    kept.attrs["override_columns"] = runs.attrs.get("override_columns", [])
+    return kept
 
 
 def config_columns(runs: pd.DataFrame) -> list[str]:

@@ -194,3 +194,30 @@ def test_pacml_report_skips_damaged_runs_and_still_writes_the_report(
     report = (sweep / "report" / "report.md").read_text()
     assert "- Runs: 1 (4 unfinished or unreadable, skipped)" in report
     assert (sweep / "report" / "figures" / "utilisation_para_max.png").is_file()
+
+
+def test_a_repeated_run_of_one_setting_and_seed_counts_once_with_a_warning_naming_both(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from analysis.stats import aggregate
+    from analysis.runs import group_columns
+
+    write_run(tmp_path / "dup", "1", seed=0, blocking_rate=0.2)
+    write_run(tmp_path / "dup", "0", seed=0, blocking_rate=0.4)  # first in sorted order: kept
+    write_run(tmp_path / "dup", "2", seed=1, blocking_rate=0.6)
+    with caplog.at_level(logging.WARNING, logger="analysis.runs"):
+        runs = load_sweep(tmp_path)
+    assert sorted(runs["blocking_rate"]) == [0.4, 0.6]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert str(tmp_path / "dup" / "0") in warnings[0] and str(tmp_path / "dup" / "1") in warnings[0]
+    stats = aggregate(runs, group_columns(runs), ["blocking_rate"])
+    assert stats["n"].tolist() == [2] and stats["mean"].tolist() == [pytest.approx(0.5)]
+    kept, jobs = load_sweep_with_jobs(tmp_path)
+    assert len(kept) == 2 and set(jobs["run_dir"]) == set(kept["run_dir"])
+
+
+def test_runs_that_differ_in_a_setting_are_not_repeats(tmp_path: Path) -> None:
+    write_run(tmp_path, "a", seed=0, beta="A")
+    write_run(tmp_path, "b", seed=0, beta="B")
+    write_run(tmp_path, "c", seed=0, beta="A", mean_interarrival_s=500.0)
+    assert len(load_sweep(tmp_path)) == 3
