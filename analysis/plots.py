@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from analysis.paper_reference import PAPER_POLICY_LABELS
 from analysis.runs import PROFILE_UNIT_COLUMN, group_columns, held_fixed
@@ -532,7 +533,7 @@ def time_average(steps: pd.DataFrame, column: str) -> float:
 
 
 def plot_utilisation_timeline(jobs: pd.DataFrame, num_servers: int, title: str = "",
-                              unit: str = "s") -> DataFigure:
+                              unit: str = "s", run: Mapping[str, Any] | None = None) -> DataFigure:
     """One run's cluster utilisation (fraction of servers held) and jobs running over time.
 
     Args:
@@ -540,11 +541,16 @@ def plot_utilisation_timeline(jobs: pd.DataFrame, num_servers: int, title: str =
         num_servers: Servers in the cluster.
         title: What run this is (e.g. policy, beta and seed), added to the figure title.
         unit: Unit of simulated time (:func:`time_unit` of the run).
+        run: The config values that identify the run (policy, its setting, seed, ``run_dir``),
+            written in front of every row of the figure's data so the CSV says whose it is.
     """
     steps = occupancy_over_time(jobs)
     steps["servers_held"] = steps["servers_held"] / num_servers
     fig = DataFigure(figsize=(11, 6), layout="constrained")
-    fig.data = steps.rename(columns={"time_s": "time", "servers_held": "servers_held_fraction"}).assign(time_unit=unit)
+    data = steps.rename(columns={"time_s": "time", "servers_held": "servers_held_fraction"}).assign(time_unit=unit)
+    for i, (key, value) in enumerate((run or {}).items()):
+        data.insert(i, key, value)
+    fig.data = data
     top, bottom = fig.subplots(2, 1, sharex=True)
     rows = ((top, "servers_held", "Servers held (fraction of cluster)", "C0"),
             (bottom, "jobs_running", "Jobs running (count)", "C2"))
@@ -559,6 +565,7 @@ def plot_utilisation_timeline(jobs: pd.DataFrame, num_servers: int, title: str =
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(alpha=0.3)
     top.set_ylim(0, 1.05)
+    bottom.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of jobs
     bottom.set_xlabel(f"Simulated time ({unit})")
     fig.suptitle(f"Cluster occupancy over time{': ' + title if title else ''}")
     return fig

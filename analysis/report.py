@@ -306,7 +306,10 @@ def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path
             stem += "_"
         stems.add(stem)
         run_unit = time_unit(at_load[at_load["run_dir"] == run["run_dir"]])
-        save(plot_utilisation_timeline(jobs[jobs["run_dir"] == run["run_dir"]], num_servers, name, unit=run_unit),
+        identity = {**held_fixed(at_load), **{c: run[c] for c in groups}, "seed": run["seed"],
+                    "run_dir": run["run_dir"]}
+        save(plot_utilisation_timeline(jobs[jobs["run_dir"] == run["run_dir"]], num_servers, name, unit=run_unit,
+                                       run=identity),
              stem, f"Cluster occupancy: {policy_label(run['policy'])}",
              f"One run ({name}{where}): fraction of the {num_servers} servers held by running "
              "jobs, and the number of jobs running, over simulated time.")

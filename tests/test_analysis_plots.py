@@ -137,6 +137,18 @@ def test_utilisation_timeline(jobs: pd.DataFrame) -> None:
     assert fig.get_suptitle().endswith("Para_max, β A, seed 0")
 
 
+def test_utilisation_data_names_its_run_and_counts_jobs_in_whole_numbers(jobs: pd.DataFrame) -> None:
+    run = {"policy": "para_max", "beta": "A", "seed": 0, "run_dir": "/x/run0"}
+    fig = plot_utilisation_timeline(jobs, num_servers=32, run=run)
+    assert list(fig.data.columns) == ["policy", "beta", "seed", "run_dir", "time", "servers_held_fraction",
+                                      "jobs_running", "time_unit"]
+    assert (fig.data["policy"] == "para_max").all() and (fig.data["seed"] == 0).all()
+    _, bottom = visible_axes(fig)
+    fig.canvas.draw()
+    ticks = [t for t in bottom.get_yticks() if bottom.get_ylim()[0] <= t <= bottom.get_ylim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
 def test_save_figure_writes_png_and_svg(tmp_path: Path, runs: pd.DataFrame) -> None:
     paths = save_figure(plot_blocking_vs_load(runs), tmp_path / "figures", "load")
     assert [p.name for p in paths] == ["load.png", "load.svg", "load.csv"]

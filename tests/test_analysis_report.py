@@ -87,6 +87,12 @@ def test_no_plotted_point_mixes_clusters(cluster_sweep: Path, tmp_path: Path) ->
     for name in ("blocking_vs_load", "policy_bars", "jct_cdf", "degree_histogram", "utilisation_para_max"):
         assert (figures / f"{name}.csv").is_file() and f"(figures/{name}.csv)" in text
     assert not list(figures.glob(".*.tmp"))  # atomic writes leave no temporary files
+    # The occupancy data names its run: policy, the differing settings, seed and folder.
+    occupancy = pd.read_csv(figures / "utilisation_para_max.csv")
+    assert {"policy", "cluster", "mean_interarrival_s", "seed", "run_dir"} <= set(occupancy.columns)
+    run = runs[runs["run_dir"] == occupancy["run_dir"].iloc[0]].iloc[0]
+    assert occupancy["run_dir"].nunique() == 1 and (occupancy["policy"] == "para_max").all()
+    assert (occupancy["cluster"] == run["cluster"]).all() and (occupancy["seed"] == run["seed"]).all()
 
 
 def test_settings_are_every_resolved_value_that_differs(cluster_sweep: Path) -> None:
