@@ -101,13 +101,11 @@ def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
     match = condition and re.fullmatch(condition[0], str(path))
     if match:
         family, beta = match.group(1), match.group(2)
-        what = (f"beta {beta!r}" if beta != UNNAMED_BETA
-                else "a beta without a paper name (A-D; e.g. beta=uniform or beta=fixed)")
+        what = f"beta {beta!r}" if beta != UNNAMED_BETA else "a beta with no name (beta=uniform or beta=fixed)"
         raise ConfigError(
-            f"no shipped {kind} for scenario family {family!r} and {what} ({str(path)!r}), and another "
-            f"condition's was not trained for this one. Shipped: {shipped}. Pick one with "
-            f"{field}=NAME or a run of {condition[1]} ({field}=outputs/<run>); policy=pacml is "
-            "one agent for every beta", field=field)
+            f"no {kind} checkpoint for {what} in the {family} scenario family; shipped: {shipped}; "
+            f"pick one with {field}=NAME or a run of {condition[1]} ({field}=outputs/<run>); "
+            "policy=pacml is one agent for every beta", field=field)
     raise ConfigError(f"no {kind} checkpoint at {path!r} (shipped: {shipped})", field=field)
 
 

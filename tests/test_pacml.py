@@ -481,15 +481,19 @@ def test_a_per_beta_agent_without_a_checkpoint_for_the_condition_is_refused(
 
     cfg = compose_sim_config([f"policy={config}", *overrides])
     assert cfg.policy[field] == name
-    with pytest.raises(ConfigError, match=rf"^field 'policy\.{field}': no shipped \w+ for scenario family") as err:
+    with pytest.raises(ConfigError, match=rf"^field 'policy\.{field}': no \w+ checkpoint for ") as err:
         if config == "pacml_beta":
             check_buildable(cfg)  # preflight: refused before any run of a sweep starts
         build_policy(cfg)
     text = str(err.value)
-    assert "\n" not in text and repr(name) in text and f"policy.{field}=NAME" in text
+    family, beta = ("physical" if "scenario=physical" in overrides else "paper"), name.split("_beta")[1]
+    assert "\n" not in text and "_betaunnamed" not in text and f"policy.{field}=NAME" in text
+    assert f" in the {family} scenario family; shipped: " in text
     assert ("paper_betaA, " in text and "physical_betaD" in text) if field == "checkpoint" else "paper_betaD_critic" in text
     if "unnamed" in name:
-        assert "a beta without a paper name" in text
+        assert "for a beta with no name (beta=uniform or beta=fixed) in" in text
+    else:
+        assert f"for beta {beta.removesuffix('_critic')!r} in" in text
     lookahead = compose_sim_config(["policy=pacml_lookahead", *overrides])
     assert lookahead.policy.default.checkpoint == name.removesuffix("_critic")
 
