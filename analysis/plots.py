@@ -28,7 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.paper_reference import PAPER_POLICY_LABELS
 from analysis.runs import PROFILE_UNIT_COLUMN, group_columns, held_fixed
-from analysis.stats import MIN_SEEDS_FOR_INTERVAL, aggregate, interval_note
+from analysis.stats import MIN_SEEDS_FOR_INTERVAL, aggregate, interval_column, interval_note
 from workloads.io import atomic_write, atomic_write_text
 
 POLICY_ORDER = ("para_max", "para_min", "random", "min_feasible", "min_feasible_4", "sequential", "fixed",
@@ -196,8 +196,7 @@ def _with_fixed(data: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def _with_context(stats: pd.DataFrame, runs: pd.DataFrame, confidence: float) -> pd.DataFrame:
     """``stats`` with the held-fixed config values in front and a column saying what the interval is."""
     out = _with_fixed(stats, runs)
-    out["interval"] = np.where(out["n"] >= MIN_SEEDS_FOR_INTERVAL, f"{confidence:.0%} Student-t over seeds",
-                               f"none (n < {MIN_SEEDS_FOR_INTERVAL})")
+    out["interval"] = interval_column(out["n"], confidence)
     return out
 
 

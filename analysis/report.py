@@ -57,7 +57,7 @@ from analysis.runs import (
     load_run_config,
     load_sweep_with_jobs,
 )
-from analysis.stats import MIN_SEEDS_FOR_INTERVAL, aggregate, interval_note
+from analysis.stats import MIN_SEEDS_FOR_INTERVAL, aggregate, interval_column, interval_note
 from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,7 @@ def build_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Pa
     groups = group_columns(runs)
     metrics = [m for m in TABLE_METRICS if m in runs.columns]
     summary = aggregate(runs, groups, metrics)
+    summary["interval"] = interval_column(summary["n"])
     comparison = paper_comparison(runs)
     atomic_write_text(tables_dir / "runs.csv", runs.to_csv(index=False))
     atomic_write_text(tables_dir / "summary.csv", summary.to_csv(index=False))
@@ -361,7 +362,7 @@ def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[st
                   f"([SVG](figures/{_url(fig.name)}.svg), [data](figures/{_url(fig.name)}.csv))", ""]
     lines += ["## Tables", "",
               "- `tables/runs.csv`: one row per run (config and every metric of summary.json).",
-              "- `tables/summary.csv`: mean, std, n and CI per group and metric (tidy).",
+              "- `tables/summary.csv`: mean, std, n, CI and what the interval is per group and metric (tidy).",
               *(["- `tables/paper_comparison.csv`: the table above."] if not comparison.empty
                 else []), ""]
     return "\n".join(lines)

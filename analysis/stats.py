@@ -46,6 +46,13 @@ def interval_note(confidence: float = 0.95) -> str:
             "clipped to [0, 1] for rates")
 
 
+def interval_column(n: Iterable[int], confidence: float = 0.95) -> list[str]:
+    """What each of :func:`aggregate`'s rows' interval is, from its ``n``: the ``interval`` column
+    written beside the statistics in every CSV."""
+    return [f"{confidence:.0%} Student-t over seeds" if k >= MIN_SEEDS_FOR_INTERVAL
+            else f"none (n < {MIN_SEEDS_FOR_INTERVAL})" for k in n]
+
+
 def t_confidence_interval(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float]:
     """Mean and Student-t confidence half-width of ``values`` (NaNs ignored).
 

@@ -87,6 +87,13 @@ def test_no_plotted_point_mixes_clusters(cluster_sweep: Path, tmp_path: Path) ->
     for name in ("blocking_vs_load", "policy_bars", "jct_cdf", "degree_histogram", "utilisation_para_max"):
         assert (figures / f"{name}.csv").is_file() and f"(figures/{name}.csv)" in text
     assert not list(figures.glob(".*.tmp"))  # atomic writes leave no temporary files
+    # tables/summary.csv says what its intervals are, as the figure data does, with the same n.
+    summary = pd.read_csv(tmp_path / "tables" / "summary.csv")
+    assert set(summary["interval"]) == {"none (n < 3)"} and (summary["n"] == len(SEEDS)).all()
+    bars_all = pd.read_csv(figures / "policy_bars.csv")
+    both = bars_all.merge(summary, on=["cluster", "policy", "mean_interarrival_s", "metric"], suffixes=("", "_t"))
+    assert len(both) == len(bars_all) and (both["n"] == both["n_t"]).all()
+    assert (both["interval"] == both["interval_t"]).all()
     # The occupancy data names its run: policy, the differing settings, seed and folder.
     occupancy = pd.read_csv(figures / "utilisation_para_max.csv")
     assert {"policy", "cluster", "mean_interarrival_s", "seed", "run_dir"} <= set(occupancy.columns)

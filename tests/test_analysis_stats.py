@@ -102,3 +102,11 @@ def test_aggregate_keeps_missing_group_values_as_a_group() -> None:
     runs = pd.DataFrame({"policy": ["a", "a"], "experiment": [None, None], "x": [1.0, 3.0]})
     table = aggregate(runs, ["policy", "experiment"], ["x"])
     assert len(table) == 1 and table.loc[0, "mean"] == 2.0 and table.loc[0, "n"] == 2
+
+
+def test_interval_column_says_where_there_is_no_interval() -> None:
+    from analysis.stats import interval_column
+
+    assert interval_column([1, 2, 3, 10]) == ["none (n < 3)", "none (n < 3)", "95% Student-t over seeds",
+                                              "95% Student-t over seeds"]
+    assert interval_column([5], confidence=0.9) == ["90% Student-t over seeds"]
