@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import signal
 import sys
 from collections.abc import Iterator
@@ -41,6 +42,30 @@ PROG = "pacml-sim"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "policy", "scenario", "experiment")
 #: What ``pacml-sim``'s config holds, for the one check before any work (simulator/schema.py).
 COMMAND = HydraCommand(PROG, "sim")
+
+
+#: ``workload.profile_time_unit_s`` when the config does not set it (as :func:`simulator.build.build_simulation`).
+DEFAULT_PROFILE_TIME_UNIT_S = 1e-3
+#: The unit of simulated times when profile numbers are read as seconds (``profile_time_unit_s=1``,
+#: the paper scenario): one unit is one profile millisecond, not a second.
+PROFILE_TIME_UNITS = "profile time units"
+
+
+def time_unit(cfg: DictConfig | dict[str, Any]) -> str:
+    """The unit of the run's simulated times, from ``workload.profile_time_unit_s`` (as the report
+    reads it): ``"s"``, :data:`PROFILE_TIME_UNITS`, or for another value a description of it."""
+    workload = cfg.get("workload") or {}
+    unit_s = float(workload.get("profile_time_unit_s", DEFAULT_PROFILE_TIME_UNIT_S))
+    if math.isclose(unit_s, DEFAULT_PROFILE_TIME_UNIT_S):
+        return "s"
+    if math.isclose(unit_s, 1.0):
+        return PROFILE_TIME_UNITS
+    return f"simulated s (a profile ms read as {unit_s:g} s)"
+
+
+def per_time_unit(unit: str) -> str:
+    """Bytes per ``unit`` (:func:`time_unit`): ``"B/s"`` or ``"B per profile time unit"``."""
+    return "B per profile time unit" if unit == PROFILE_TIME_UNITS else "B/s"
 
 
 @contextmanager
@@ -77,7 +102,9 @@ def run_config(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | N
         sink.abort()
         raise
     total = sim.horizon_s
-    with tqdm(total=total, disable=not cfg.get("progress", True), unit="s", unit_scale=True,
+    unit = time_unit(cfg)
+    with tqdm(total=total, disable=not cfg.get("progress", True),
+              unit=" time units" if unit == PROFILE_TIME_UNITS else "s", unit_scale=True,
               desc=f"{PROG} {choices.get('policy', '') if choices else ''}".strip(), leave=False,
               mininterval=0.5) as bar, frozen_heap():
         result = sim.run(policy, bar)
@@ -86,6 +113,7 @@ def run_config(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | N
                          "mean_interarrival_s": cfg.get("mean_interarrival_s"),
                          "horizon_s": cfg.get("horizon_s")}
     summary["resolved_config"] = _comparable(cfg)
+    summary.setdefault("time_unit", unit)
     write_run_files(out, None, summary)  # jobs.csv is already in place
     return summary
 
@@ -119,10 +147,10 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     def body() -> None:
         s = run_config(cfg, out, choices)
-        log.info("%s | %s beta=%s seed=%s | blocking %.4f, throughput %.4g B/s, %d jobs in %.2f s "
+        log.info("%s | %s beta=%s seed=%s | blocking %.4f, throughput %.4g %s, %d jobs in %.2f s "
                  "wall -> %s", choices.get("scenario", "-"), choices.get("policy"), choices.get("beta"),
-                 cfg.seed, s["blocking_rate"], s["demand_throughput_Bps"], s["num_jobs_arrived"],
-                 s["wall_time_s"], out)
+                 cfg.seed, s["blocking_rate"], s["demand_throughput_Bps"], per_time_unit(time_unit(cfg)),
+                 s["num_jobs_arrived"], s["wall_time_s"], out)
 
     report_user_errors(PROG, body)
 

@@ -182,3 +182,19 @@ def test_a_chart_write_clears_the_temporary_file_a_killed_writer_left(tmp_path: 
     assert [p.name for p in save_chart(fig, tmp_path, "gantt")] == ["gantt.png", "gantt.svg"]
     plt.close(fig)
     assert not any(p.exists() for p in stale) and other.exists()
+
+
+def test_a_paper_run_says_its_time_unit_in_the_log_and_summary(tmp_path: Path) -> None:
+    """scenario=paper reads profile numbers as seconds (workload.profile_time_unit_s=1): its times are
+    profile time units, and the log line and summary.json say so, not B/s."""
+    from simulator.run import time_unit
+
+    proc = run_sim("scenario=paper", "policy=para_min", "beta=D", "seed=1", "horizon_s=1e5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in (proc.stdout + proc.stderr).splitlines() if "| blocking" in x)
+    assert " B per profile time unit, " in line and "B/s" not in line
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["time_unit"] == "profile time units"
+    assert time_unit({"workload": {"profile_time_unit_s": 1e-3}}) == "s"
+    assert time_unit({}) == "s"
+    assert time_unit({"workload": {"profile_time_unit_s": 2e-3}}) == "simulated s (a profile ms read as 0.002 s)"
