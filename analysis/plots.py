@@ -169,11 +169,29 @@ def held_fixed_line(runs: pd.DataFrame, skip: Sequence[str] = ()) -> str:
     return ("held fixed: " + ", ".join(describe_value(k, v) for k, v in fixed.items())) if fixed else ""
 
 
+def selected_line(selected: Mapping[str, Any], swept: Mapping[str, Sequence[Any]]) -> str:
+    """``shown at mean_interarrival_s=1000 (one of 500, 1000, 2000 swept)``: the value a figure
+    shows of a key its sweep varies, so its title does not call that key held fixed."""
+    parts = []
+    for key, value in selected.items():
+        others = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in swept.get(key, ()))
+        parts.append(describe_value(key, value) + (f" (one of {others} swept)" if others else ""))
+    return ("shown at " + ", ".join(parts)) if parts else ""
+
+
 def _suptitle(fig: Figure, first: str, runs: pd.DataFrame) -> None:
-    """The figure's title: what it shows, then the values its runs hold fixed, wrapped to its width."""
+    """The figure's title: what it shows, then the values its runs hold fixed, wrapped to its width.
+
+    A key in ``runs.attrs["selected"]`` (``{key: value}``, with ``runs.attrs["swept"]``: ``{key:
+    all values}``) is one value picked from a sweep that varies it: it is named as shown, not
+    held fixed.
+    """
     width = max(40, int(fig.get_figwidth() * 11))
     lines = [textwrap.fill(first, width)]
-    if line := held_fixed_line(runs):
+    selected = dict(runs.attrs.get("selected", {}))
+    if line := selected_line(selected, runs.attrs.get("swept", {})):
+        lines.append(textwrap.fill(line, width))
+    if line := held_fixed_line(runs, skip=tuple(selected)):
         lines.append(textwrap.fill(line, width))
     fig.suptitle("\n".join(lines), fontsize="medium")
 

@@ -199,3 +199,27 @@ def test_graph_names_are_names_not_paths() -> None:
         "resnet18": "resnet18", "/x/nets/a.json": "a", "/data/pipedream/gnmt/graph.txt": "gnmt",
         "/p/b.json": "/p/b.json", "/q/b.json": "/q/b.json",  # one name, two graphs: the paths keep them apart
         "/r/c.json": "my_c"}
+
+
+def test_figures_of_one_load_of_several_name_it_as_shown_not_held_fixed(
+        cluster_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import analysis.report as report
+
+    titles: dict[str, str] = {}
+    real_save = report.save_figure
+
+    def save(fig, directory, name, *args, **kwargs):  # noqa: ANN001, ANN202 - a spy on save_figure
+        titles[name] = " ".join(fig.get_suptitle().split())
+        return real_save(fig, directory, name, *args, **kwargs)
+
+    monkeypatch.setattr(report, "save_figure", save)
+    build_report(cluster_sweep, tmp_path)
+    for name in ("policy_bars", "jct_cdf", "degree_histogram"):
+        title = titles[name]
+        assert "shown at mean_interarrival_s=1000 (one of 500, 1000 swept)" in title, title
+        held = title.split("held fixed:", 1)[1] if "held fixed:" in title else ""
+        assert "mean_interarrival_s" not in held, title
+        assert "cluster" not in held and "policy=" not in held  # swept keys are never held fixed
+    assert "shown at" not in titles["blocking_vs_load"]
+    text = (tmp_path / "report.md").read_text()
+    assert "at mean inter-arrival time 1000 profile time units (one of the 2 swept)" in text
