@@ -68,6 +68,18 @@ def per_time_unit(unit: str) -> str:
     return "B per profile time unit" if unit == PROFILE_TIME_UNITS else "B/s"
 
 
+#: Overrides the run's log line already names (``policy._target_`` as the policy's name).
+_LINE_KEYS = ("scenario", "policy", "beta", "seed", "policy._target_")
+
+
+def other_overrides(overrides: list[str], exclude_keys: list[str] | tuple[str, ...] = ()) -> str:
+    """The overrides that name a run beside its scenario, policy, beta and seed (``sim.op_placer=dp``,
+    ``cluster=ramp256``): as in a sweep's run folder name (``hydra.job.override_dirname``, sorted,
+    without its ``exclude_keys``), so two runs' log lines differ as their folders do."""
+    skip = {*_LINE_KEYS, *exclude_keys}
+    return ",".join(sorted(o for o in map(str, overrides) if o.partition("=")[0].lstrip("+~") not in skip))
+
+
 @contextmanager
 def frozen_heap() -> Iterator[None]:
     """Keep the objects alive on entry (imported libraries, the policy's model, the cluster) out of
@@ -145,12 +157,14 @@ def _hydra_main(cfg: DictConfig) -> None:
         log.info("skipping %s: summary.json already written for this config", out)
         return
 
+    others = other_overrides(list(hc.overrides.task), list(hc.job.config.override_dirname.exclude_keys))
+    named = f"{choices.get('policy')} beta={choices.get('beta')} seed={cfg.seed}{' ' + others if others else ''}"
+
     def body() -> None:
         s = run_config(cfg, out, choices)
-        log.info("%s | %s beta=%s seed=%s | blocking %.4f, throughput %.4g %s, %d jobs in %.2f s "
-                 "wall -> %s", choices.get("scenario", "-"), choices.get("policy"), choices.get("beta"),
-                 cfg.seed, s["blocking_rate"], s["demand_throughput_Bps"], per_time_unit(time_unit(cfg)),
-                 s["num_jobs_arrived"], s["wall_time_s"], out)
+        log.info("%s | %s | blocking %.4f, throughput %.4g %s, %d jobs in %.2f s wall -> %s",
+                 choices.get("scenario", "-"), named, s["blocking_rate"], s["demand_throughput_Bps"],
+                 per_time_unit(time_unit(cfg)), s["num_jobs_arrived"], s["wall_time_s"], out)
 
     report_user_errors(PROG, body)
 

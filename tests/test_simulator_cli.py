@@ -193,8 +193,20 @@ def test_a_paper_run_says_its_time_unit_in_the_log_and_summary(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in (proc.stdout + proc.stderr).splitlines() if "| blocking" in x)
     assert " B per profile time unit, " in line and "B/s" not in line
+    assert "| para_min beta=D seed=1 horizon_s=1e5 | blocking" in line  # names every swept key
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["time_unit"] == "profile time units"
     assert time_unit({"workload": {"profile_time_unit_s": 1e-3}}) == "s"
     assert time_unit({}) == "s"
     assert time_unit({"workload": {"profile_time_unit_s": 2e-3}}) == "simulated s (a profile ms read as 0.002 s)"
+
+
+def test_the_log_line_names_the_overrides_its_run_folder_names() -> None:
+    """Two runs of a sweep over sim.op_placer or cluster get different log lines, as their folders;
+    keys already in the line and the folder name's excluded keys are left out."""
+    from simulator.run import other_overrides
+
+    overrides = ["policy=para_max", "sim.op_placer=dp", "beta=A", "seed=0", "cluster=ramp256",
+                 "progress=false", "scenario=paper", "policy._target_=x.Y", "+extra=1"]
+    assert other_overrides(overrides, ["progress"]) == "+extra=1,cluster=ramp256,sim.op_placer=dp"
+    assert other_overrides(["beta=A", "seed=0"]) == ""
