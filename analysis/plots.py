@@ -305,7 +305,9 @@ def plot_blocking_vs_load(runs: pd.DataFrame, confidence: float = 0.95, by: Sequ
         ax.set_ylabel(BLOCKING_LABEL)
         ax.set_title(title, fontsize="medium")
         ax.grid(alpha=0.3)
-        ax.legend(title="Policy", loc="upper left", fontsize="small")
+        # Below the panel: inside, it would hide points near a blocking rate of 1 (or 0).
+        ax.legend(title="Policy", loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small",
+                  ncols=min(2, len(panel["policy"].unique())))
     _suptitle(fig, f"Blocking rate vs load: mean of n seeds; band: {interval_note(confidence)}; "
                    f"hollow markers: each seed where n < {MIN_SEEDS_FOR_INTERVAL}", runs)
     fig.data = _with_context(stats, runs, confidence)

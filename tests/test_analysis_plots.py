@@ -70,6 +70,19 @@ def test_blocking_vs_load(runs: pd.DataFrame) -> None:
     assert (data["ci_low"] >= 0).all() and (data["ci_high"] <= 1).all()
 
 
+def test_blocking_vs_load_legends_hide_no_point(runs: pd.DataFrame) -> None:
+    fig = plot_blocking_vs_load(runs)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # lays the figure out (constrained layout)
+    boxes = [ax.get_window_extent(renderer) for ax in visible_axes(fig)]
+    for ax in visible_axes(fig):
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert not any(legend.overlaps(box) for box in boxes)  # outside every panel
+        assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1)
+
+
 def test_blocking_vs_load_with_two_seeds_plots_the_points_not_a_band(runs: pd.DataFrame) -> None:
     fig = plot_blocking_vs_load(runs[runs["seed"] < 2])
     for ax in visible_axes(fig):
