@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -261,6 +261,7 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
         prefix = text.split("=", 1)[0]
         sweeps.append((len(base), [f"{prefix}={v}" for v in values] or [text]))
         base.append(sweeps[-1][1][0])
+    _check_target_with_policy_sweep(cmd.prog, parsed, overrides)
     variants.append(base)
     for pos, values in sweeps:
         for value in values[1:]:
@@ -268,6 +269,18 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
     composer = _Composer(cmd, args)
     checked = [check_overrides(cmd, composer, variant) for variant in variants[:64]]
     return checked[0]
+
+
+def _check_target_with_policy_sweep(prog: str, parsed: Sequence[Any], overrides: Sequence[str]) -> None:
+    """``policy._target_`` replaces the class of every swept ``policy=`` config, so a sweep over
+    several policies would run the same class under each name: refused (one line, exit 2)."""
+    target = next((text for o, text in zip(parsed, overrides, strict=True)
+                   if o.key_or_group == "policy._target_"), None)
+    swept = next((text for o, text in zip(parsed, overrides, strict=True)
+                  if o.key_or_group == "policy" and o.is_sweep_override()), None)
+    if target is not None and swept is not None:
+        fail(prog, f"{target} with more than one policy= value ({swept}) would run the same class "
+                   f"under each policy name: give one policy= value or drop policy._target_")
 
 
 def _unparsable(override: str) -> bool:

@@ -210,3 +210,15 @@ def test_the_log_line_names_the_overrides_its_run_folder_names() -> None:
                  "progress=false", "scenario=paper", "policy._target_=x.Y", "+extra=1"]
     assert other_overrides(overrides, ["progress"]) == "+extra=1,cluster=ramp256,sim.op_placer=dp"
     assert other_overrides(["beta=A", "seed=0"]) == ""
+
+
+def test_a_policy_target_with_a_policy_sweep_is_refused_before_any_run(tmp_path: Path) -> None:
+    """policy._target_ overrides every swept policy's class: the sweep would run one class twice."""
+    proc = subprocess.run([*SIM, "-m", "policy=para_max,min_feasible", "policy._target_=x.Y", "progress=false",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("pacml-sim: error: policy._target_=x.Y with more than one policy= value "
+                           "(policy=para_max,min_feasible) would run the same class under each policy name: "
+                           "give one policy= value or drop policy._target_\n")
+    assert not (tmp_path / "sweep").exists()
