@@ -344,6 +344,9 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
     styles = styles or policy_styles(runs["policy"])
     category_columns = [c for c in columns if c != "policy"]
     categories = _panels(stats, category_columns)
+    # One setting: its group is labelled by its values (e.g. "β C"), not a vague "all runs".
+    named = _varying(stats, category_columns) or [c for c in category_columns if c in stats.columns]
+    one_setting = "\n".join(describe_value(c, stats[c].iloc[0]) for c in named) if len(categories) == 1 else ""
     policies = ordered_policies(stats["policy"])
     betas = runs["beta"].dropna().unique() if "beta" in runs.columns else []
     only_beta = betas[0] if len(betas) == 1 else None
@@ -374,12 +377,11 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
             if not all(math.isnan(y) for y in ref_y):
                 ax.plot(x, ref_y, linestyle="none", marker="D", markersize=6,
                         markerfacecolor="white", markeredgecolor="black", label=reference_label)
-        ax.set_xticks(np.arange(len(categories)),
-                      [title.replace(", ", "\n") or "all runs" for title, _, _ in categories])
+        ax.set_xticks(np.arange(len(categories)), [title.replace(", ", "\n") or one_setting for title, _, _ in categories])
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylim(0, 1)
-    axes[-1].set_xlabel("JCT-target distribution" if category_columns in (["beta"], []) else "Setting")
+    axes[-1].set_xlabel("JCT-target distribution" if named == ["beta"] else "Setting" if named else "")
     _figure_legend(fig, last=reference_label)
     _suptitle(fig, f"Blocking rate and throughput per setting: mean of n seeds; error bars: "
                    f"{interval_note(confidence)}; hollow markers: each seed where n < {MIN_SEEDS_FOR_INTERVAL}",

@@ -105,6 +105,16 @@ def test_policy_bars_with_reference_markers(runs: pd.DataFrame) -> None:
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Para_max (n=3)", "Random (n=3)", "paper"]
 
 
+def test_policy_bars_of_one_beta_label_the_group_by_it(runs: pd.DataFrame) -> None:
+    fig = plot_policy_bars(runs[(runs["mean_interarrival_s"] == 1000.0) & (runs["beta"] == "C")])
+    _, throughput = visible_axes(fig)
+    assert [t.get_text() for t in throughput.get_xticklabels()] == ["β C"]
+    assert throughput.get_xlabel() == "JCT-target distribution"
+    fig = plot_policy_bars(runs[runs["mean_interarrival_s"] == 1000.0].drop(columns="beta"))
+    _, throughput = visible_axes(fig)
+    assert [t.get_text() for t in throughput.get_xticklabels()] == [""] and throughput.get_xlabel() == ""
+
+
 def test_jct_cdf_one_panel_per_beta(jobs: pd.DataFrame) -> None:
     fig = plot_jct_cdf(jobs)
     axes = visible_axes(fig)

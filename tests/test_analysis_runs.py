@@ -198,8 +198,8 @@ def test_pacml_report_skips_damaged_runs_and_still_writes_the_report(
 
 def test_a_repeated_run_of_one_setting_and_seed_counts_once_with_a_warning_naming_both(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from analysis.stats import aggregate
     from analysis.runs import group_columns
+    from analysis.stats import aggregate
 
     write_run(tmp_path / "dup", "1", seed=0, blocking_rate=0.2)
     write_run(tmp_path / "dup", "0", seed=0, blocking_rate=0.4)  # first in sorted order: kept
