@@ -77,6 +77,11 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
+def postfix_value(value: float) -> str:
+    """A rate in the progress bar's postfix: three decimals, or ``-`` while there is none (NaN)."""
+    return f"{value:.3f}" if math.isfinite(value) else "-"
+
+
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
                 gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over a ``(T, N)`` rollout.
@@ -714,6 +719,7 @@ class Trainer:
         bar = tqdm(total=self._planned_steps(), initial=self.global_step, disable=not progress, unit="step",
                    desc="pacml-train", mininterval=1.0)
         stopped_by = "total_steps"
+        block = float("nan")  # the latest finished episodes' blocking rate; a rollout may finish none
         while self.global_step < cfg.total_steps:
             deadline = self._final_deadline()
             left_s, need_s = deadline - time.perf_counter(), self.timing.get("update_s", 0.0)
@@ -752,8 +758,8 @@ class Trainer:
                     self.save_checkpoint()
             bar.total = self._planned_steps()
             bar.update(self.global_step - bar.n)
-            bar.set_postfix(block=f"{row.get('charts/blocking_rate', float('nan')):.3f}",
-                            val=f"{self.best_val:.3f}" if math.isfinite(self.best_val) else "-",
+            block = row.get("charts/blocking_rate", block)
+            bar.set_postfix(block=postfix_value(block), val=postfix_value(self.best_val),
                             sps=f"{row['charts/SPS']:.0f}")
         bar.total = bar.n  # where the run ended is its whole budget
         bar.close()

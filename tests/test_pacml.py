@@ -897,3 +897,11 @@ def test_a_resumed_run_refuses_a_setting_it_would_ignore(tmp_path: Path) -> None
         same = [f"resume={tmp_path / 'run'}", *tiny, "ppo.total_steps=64"]  # the run's own values: fine
         assert train_from_config(compose(config_name="train", overrides=same), tmp_path / "unused",
                                  same)["global_step"] == 64
+
+
+def test_the_training_progress_bar_shows_a_dash_until_a_rate_exists() -> None:
+    """A rollout that finishes no episode has no blocking rate: the bar shows '-', not nan."""
+    from pacml.ppo import postfix_value
+
+    assert postfix_value(float("nan")) == "-" and postfix_value(float("inf")) == "-"
+    assert postfix_value(0.12345) == "0.123" and postfix_value(0.0) == "0.000"
