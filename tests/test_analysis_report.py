@@ -140,7 +140,7 @@ def test_a_target_policy_is_named_by_its_class(tmp_path: Path) -> None:
     (run,) = (tmp_path / "outputs" / "sim").iterdir()
     assert run.name.endswith("_Mine_betaA_seed0")
     assert json.loads((run / "summary.json").read_text())["config"]["policy"] == "Mine"
-    assert "| Mine beta=A seed=0 |" in proc.stderr + proc.stdout
+    assert "| Mine beta=A seed=0 horizon_s=5000 |" in proc.stderr + proc.stdout  # other overrides follow the seed
     text = build_report(tmp_path / "outputs").read_text()
     assert "- Policies: Mine\n" in text and "Para_max" not in text
 
