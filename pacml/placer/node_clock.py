@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from pacml.placer.arrays import bucket
 from pacml.placer.slots import earliest_starts, insert
 from simulator.place.objectives import BoundObjective
 
@@ -35,7 +36,6 @@ class NodePlan:
     """Placement-independent arrays of the clock (built once per problem)."""
 
     def __init__(self, objective: BoundObjective) -> None:
-        from pacml.placer.problem import bucket  # noqa: PLC0415 - problem.py imports this module lazily
         from simulator.place.heuristics import _Problem  # noqa: PLC0415 - HEFT's own ranks and phases
 
         hp = _Problem(objective)

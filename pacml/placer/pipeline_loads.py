@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from pacml.placer.problem import bucket
+from pacml.placer.arrays import bucket
 from simulator.place.objectives import BoundObjective
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from pacml.placer.arrays import bucket
+from pacml.placer.node_clock import NodePlan
 from simulator.place.objectives import BoundObjective
 
 #: Objectives the policy knows (one-hot in the group features).
@@ -133,8 +135,6 @@ class GroupProblem:
             key = -_step_rank(objective, group, n_groups)
         node_plan = None
         if order_by == "heft":
-            from pacml.placer.node_clock import NodePlan  # noqa: PLC0415
-
             node_plan = NodePlan(objective)
             key = node_plan.decision_pos.astype(np.float64)
         consumer_first = np.full(n_groups, np.inf)
@@ -325,10 +325,3 @@ def _step_rank(objective: BoundObjective, group: NDArray[np.int64], n_groups: in
     np.maximum.at(out, group, key)
     return np.where(np.isfinite(out), out, 0.0)
 
-
-def bucket(keys: NDArray[np.int64], values: NDArray[np.int64], n: int) -> tuple[NDArray[np.int64], ...]:
-    """``values`` split by ``keys`` into ``n`` arrays."""
-    order = np.argsort(keys, kind="stable")
-    bounds = np.searchsorted(keys[order], np.arange(n + 1))
-    sorted_values = values[order].astype(np.int64)
-    return tuple(sorted_values[bounds[k]:bounds[k + 1]] for k in range(n))
