@@ -62,8 +62,9 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, one_line
 from simulator.free_blocks import FreeBlockIndex
+from simulator.instantiate import instantiate_checked
 from simulator.partition import Partitioner
 from simulator.place.devices import ramp_block_devices
 from simulator.place.objectives import StepObjective
@@ -349,9 +350,6 @@ def build_block_op_placer(name: str, topology: RampTopology, partitioner: Partit
     if placement_mode != "block":
         raise ConfigError(f"op placer {name!r} needs sim.placement=block (sim.placement={placement_mode} is the "
                           "original's first-fit rule; use sim.op_placer=first_fit)", field="sim.op_placer")
-    from simulator.build import instantiate_checked  # build imports this module
-    from simulator.cli import one_line
-
     try:
         placer = instantiate_checked(node, "sim.op_placer")
     except OmegaConfBaseException as exc:  # e.g. a mandatory '???' value the method file leaves open

@@ -11,23 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from simulator.block_placement import build_block_op_placer
 from simulator.comm import RampCommModel
 from simulator.errors import ConfigError
 from simulator.feasibility import DEFAULT_HETERO_BLOCK_SEARCH, Feasibility
+from simulator.instantiate import instantiate_checked
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
-from simulator.policy import raised_site
 from simulator.records import RecordSink
 from simulator.schema import MAX_TIME_SCALE, import_target
 from simulator.simulation import Simulation
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology
-from workloads.errors import WorkloadError
 from workloads.jobs import Workload
 from workloads.loaders import load_graph_set, resolve_graph_paths
 
@@ -59,26 +56,6 @@ class SimKnobs:
     op_placer: str = "first_fit"
     split_ops: bool = True
     hetero_block_search: int = DEFAULT_HETERO_BLOCK_SEARCH
-
-
-def instantiate_checked(node: Any, field: str) -> Any:
-    """``hydra.utils.instantiate`` that re-raises our own errors unwrapped."""
-    try:
-        return instantiate(node)
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        while cause is not None and not isinstance(cause, WorkloadError | ConfigError | ValueError):
-            cause = cause.__cause__
-        if isinstance(cause, WorkloadError | ConfigError):
-            raise cause from None
-        if cause is not None:
-            raise ConfigError(str(cause), field=field) from None
-        first = exc.__cause__  # e.g. a plug-in's constructor failing: name what it raised and where
-        if first is not None:
-            text = " ".join(str(first).split())[:200]
-            raise ConfigError(f"{str(exc).splitlines()[0]} {type(first).__name__}{': ' + text if text else ''} "
-                              f"(at {raised_site(first.__traceback__, None)})", field=field) from None
-        raise ConfigError(str(exc).splitlines()[0], field=field) from None
 
 
 def build_topology(cfg: DictConfig | Mapping[str, Any]) -> RampTopology:

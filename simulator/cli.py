@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from simulator.errors import ConfigError, InvalidDecision
+from simulator.errors import ConfigError, InvalidDecision, one_line
 from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, flat_keys, suggest, validate_config
 from workloads.errors import WorkloadError
 
@@ -78,11 +78,6 @@ def cwd_on_path() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line (Hydra and OmegaConf messages span several)."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 @dataclass(frozen=True)

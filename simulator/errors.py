@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line (Hydra and OmegaConf messages span several)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 class ConfigError(ValueError):
     """A configuration value is impossible (e.g. a cluster with zero racks).
 
