@@ -99,13 +99,16 @@ def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
     shipped = ", ".join(sorted(p.parent.name for p in SHIPPED_DIR.glob(f"*/{filename}"))) or "none"
     condition = _PER_CONDITION_NAME.get(filename)
     match = condition and re.fullmatch(condition[0], str(path))
-    if match:
+    families = {p.name.split("_beta")[0] for p in SHIPPED_DIR.glob("*_beta*")}
+    if match and match.group(1) in families:  # a config's default for its condition, not a typo
         family, beta = match.group(1), match.group(2)
         what = f"beta {beta!r}" if beta != UNNAMED_BETA else "a beta with no name (beta=uniform or beta=fixed)"
         raise ConfigError(
             f"no {kind} checkpoint for {what} in the {family} scenario family; shipped: {shipped}; "
             f"pick one with {field}=NAME or a run of {condition[1]} ({field}=outputs/<run>); "
-            "policy=pacml is one agent for every beta", field=field)
+            "policy=pacml is one agent for every beta"
+            # The name itself only when a person may have typed it (the unnamed one is internal).
+            + (f" (looked for {str(path)!r})" if beta != UNNAMED_BETA else ""), field=field)
     raise ConfigError(f"no {kind} checkpoint at {path!r} (shipped: {shipped})", field=field)
 
 
