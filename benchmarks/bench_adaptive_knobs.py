@@ -9,7 +9,7 @@ the oracle's per condition, and the average over the conditions.
 Usage:
     python benchmarks/bench_adaptive_knobs.py [--conditions a,b] [--workers 2] [--json FILE]
         [--seeds 500100-500104] [--oracle-from EARLIER.json] [--oracle-block-search N] VARIANT_JSON...
-    e.g. '{"shadow_rules":0}' '{"shadow_rules":0,"selector_memory":256}' '{}'
+    e.g. '{"shadow_rules":0}' '{"shadow_rules":0,"selector_margin":0}' '{}'
 
 A variant starts from the shipped agent's settings (``conf/policy/pacml_adaptive.yaml``), so
 ``'{}'`` is the agent ``policy=pacml_adaptive`` runs, and ``'{"shadow_rules":0}'`` its selector alone.

@@ -539,11 +539,6 @@ class AdaptivePolicy:
             episodes that ended before it filled, so its best-scored rules need not include the
             best one (on 512 servers its best 8 leave out ``min_feasible(8)``). Placed in blocks, a
             late switch costs little on such a cluster (BENCHMARKS.md §10).
-        selector_memory: Jobs over which the selector's scores are averaged before its pick (1:
-            each job's own scores). The condition features come from the last 64 arrivals, and
-            near a boundary between rules their noise alone flips the pick from job to job; the
-            average is the running mean over the first ``selector_memory`` jobs, then an
-            exponential average with that time constant.
         selector_margin: Once the condition comes from a whole window of arrivals, the rule followed
             is kept until another scores more than this much better (the neighbour selector's
             scores are minus predicted regret, so this is in blocking rate; 0: each job's
@@ -622,7 +617,7 @@ class AdaptivePolicy:
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None,
-                 shadow_all_above_servers: int | None = None, selector_memory: int = 1,
+                 shadow_all_above_servers: int | None = None,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  shadow_novel_margin: int | None = None, shadow_count_from_warmup: bool = False,
@@ -644,7 +639,7 @@ class AdaptivePolicy:
         else:
             self.meta = {}
         for name, value, low in (("shadow_rules", shadow_rules, 0), ("shadow_warmup", shadow_warmup, 0),
-                                 ("shadow_margin", shadow_margin, 0), ("selector_memory", selector_memory, 1)):
+                                 ("shadow_margin", shadow_margin, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"policy.{name}")
         if not _finite_nonneg(selector_margin):
@@ -744,9 +739,6 @@ class AdaptivePolicy:
         self.shadow_warmup = shadow_warmup
         self.shadow_margin = shadow_margin
         self.shadow_z = float(shadow_z)
-        self.selector_memory = selector_memory
-        self._mean_scores: NDArray[np.float64] | None = None
-        self._scored = 0
         # The window the selector was trained with (checkpoints before the option: 64).
         self.tracker = ConditionTracker(int(self.meta.get("train_config", {}).get("window", WINDOW)))
         self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
@@ -819,8 +811,6 @@ class AdaptivePolicy:
         self.tracker.reset()
         self.novelty = 0.0
         self._novelty_n = 0
-        self._mean_scores = None
-        self._scored = 0
         self._picked = None
         self._first = None
         self._window_checked = False
@@ -852,14 +842,7 @@ class AdaptivePolicy:
                and state.topology.num_servers > self.lookup_first_above_servers)
         scores = self.weights.scores(self.last_condition, feats,
                                      lookup=self.tracker.full or not self.lookup_after_window or big)
-        if self.selector_memory == 1:
-            return rules, scores
-        if self._mean_scores is None:  # the episode's first job (reset clears it)
-            self._mean_scores, self._scored = scores.copy(), 1
-        else:
-            self._scored += 1
-            self._mean_scores += (scores - self._mean_scores) / min(self._scored, self.selector_memory)
-        return rules, self._mean_scores
+        return rules, scores
 
     def select(self, job: JobSpec, state: ClusterState) -> Rule:
         """Observe the job and return the rule the selector picks for the condition."""

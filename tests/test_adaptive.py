@@ -138,25 +138,6 @@ class _Noisy:
         return self.calls[-1]
 
 
-@pytest.mark.parametrize("memory", [1, 4, 50])
-def test_selector_memory_picks_the_argmax_of_the_averaged_scores(memory: int) -> None:
-    cfg = compose_sim_config(SHORT)
-    weights = _Noisy(0)
-    policy = AdaptivePolicy(weights=weights, selector_memory=memory)
-    _run(policy, cfg)
-    rules = [r.label for r in rule_candidates(build_topology(cfg))]
-    mean = None
-    for n, raw in enumerate(weights.calls, start=1):  # the reference: running mean, then an EMA
-        mean = raw.copy() if mean is None else mean + (raw - mean) / min(n, memory)
-        assert policy.chosen[n - 1] == rules[int(np.argmax(mean))]
-    assert len(weights.calls) == len(policy.chosen) > 40
-    switches = sum(a != b for a, b in zip(policy.chosen, policy.chosen[1:], strict=False))
-    if memory == 1:
-        assert switches > 10  # the noise flips the raw pick often
-    if memory == 50:
-        assert switches < 5  # the average keeps it
-
-
 @pytest.mark.parametrize("margin", [0.0, 0.5, 1.5, 100.0])
 def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better(margin: float) -> None:
     weights = _Noisy(1)
@@ -503,7 +484,7 @@ def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
                      ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
                      ("shadow_all_above_servers", 0), ("shadow_all_above_servers", 2.5),
-                     ("selector_memory", 0), ("selector_memory", 2.5), ("shadow_novelty", -1.0),
+                     ("shadow_novelty", -1.0),
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
                      ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no"),
                      ("window_margin", -0.1), ("window_margin", float("nan"))):
