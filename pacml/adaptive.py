@@ -565,11 +565,6 @@ class AdaptivePolicy:
             its training data that prior is worth less: on the unseen graphs a shadow of the best
             rule gains on the selector's pick by about 6.5 jobs per 100, so a margin of 10 costs
             some 150 jobs of the wrong rule.
-        shadow_count_from_warmup: Count the shadows' blocked jobs (and the paired test's discordant
-            jobs) only after the warm-up's last job. While the cluster fills, rules of small
-            degrees block fewer jobs than they will once it is full; counted, that lead can carry
-            a switch just after the warm-up (off: on validation seeds the fill's evidence was
-            mostly real, BENCHMARKS.md §10).
         shadow_warmup_scales: The warm-up grows with the cluster on every cluster of more than 32
             servers, ``shadow_warmup x servers / 32`` jobs, as it does above
             ``shadow_all_above_servers`` (false: only there). A cluster twice the paper's takes
@@ -620,7 +615,7 @@ class AdaptivePolicy:
                  shadow_all_above_servers: int | None = None,
                  selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
-                 shadow_novel_margin: int | None = None, shadow_count_from_warmup: bool = False,
+                 shadow_novel_margin: int | None = None,
                  shadow_warmup_scales: bool = False,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
@@ -722,15 +717,10 @@ class AdaptivePolicy:
         self.shadow_novelty = shadow_novelty
         self.shadow_familiar_z = shadow_familiar_z
         self.shadow_novel_margin = shadow_novel_margin
-        if not isinstance(shadow_count_from_warmup, bool):
-            raise ConfigError(f"must be true or false, got {shadow_count_from_warmup!r}",
-                              field="policy.shadow_count_from_warmup")
-        self.shadow_count_from_warmup = shadow_count_from_warmup
         if not isinstance(shadow_warmup_scales, bool):
             raise ConfigError(f"must be true or false, got {shadow_warmup_scales!r}",
                               field="policy.shadow_warmup_scales")
         self.shadow_warmup_scales = shadow_warmup_scales
-        self._blocked_base: list[int] = []
         #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
         self.novelty = 0.0
         self._novelty_n = 0
@@ -823,7 +813,6 @@ class AdaptivePolicy:
         self.shadows = []
         self._following = None
         self._discordant = np.zeros((0, 0), dtype=np.int64)
-        self._blocked_base = []
         self.warmup_jobs = self.shadow_warmup
 
     def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
@@ -888,12 +877,6 @@ class AdaptivePolicy:
             self.novelty += (novelty - self.novelty) / self._novelty_n
         return self.novelty <= self.shadow_novelty
 
-    def _counted(self, i: int) -> int:
-        """Jobs shadow ``i`` blocked that count as evidence (with ``shadow_count_from_warmup``, those
-        after the warm-up)."""
-        base = self._blocked_base[i] if self._blocked_base else 0
-        return self.shadows[i].blocked - base
-
     def _leads(self, a: int, b: int, familiar: bool = False) -> bool:
         """Whether shadow ``a`` has blocked clearly fewer jobs than shadow ``b`` (indices)."""
         z = self.shadow_familiar_z if familiar else self.shadow_z
@@ -901,7 +884,7 @@ class AdaptivePolicy:
             return False
         novel = self.shadow_novelty is not None and not familiar
         margin = self.shadow_novel_margin if novel and self.shadow_novel_margin is not None else self.shadow_margin
-        gap = self._counted(b) - self._counted(a)
+        gap = self.shadows[b].blocked - self.shadows[a].blocked
         return gap > margin and gap > z * math.sqrt(self._discordant[a, b])
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
@@ -926,11 +909,8 @@ class AdaptivePolicy:
             if flags.any() and not flags.all():
                 self._discordant += flags[:, None] != flags[None, :]
             familiar = self._familiar()  # every job: the novelty is the episode's mean
-            if self.shadow_count_from_warmup and self.shadows[0].decided == self.warmup_jobs:
-                self._blocked_base = [s.blocked for s in self.shadows]
-                self._discordant[:] = 0
             if self.shadows[0].decided > self.warmup_jobs:
-                leader = min(range(len(self.shadows)), key=self._counted)
+                leader = min(range(len(self.shadows)), key=lambda i: self.shadows[i].blocked)
                 current = self._following
                 if current is None:  # an unshadowed pick is followed as is
                     current = next((i for i, s in enumerate(self.shadows) if s.rule == rule), None)

@@ -435,31 +435,6 @@ def test_a_novel_condition_may_take_its_own_shadow_margin() -> None:
     assert _run(plain, cfg) == base
 
 
-def test_shadow_evidence_may_count_from_the_end_of_the_warm_up() -> None:
-    """``policy.shadow_count_from_warmup``: the shadows' blocked jobs and the paired test's discordant
-    jobs count after the warm-up's last job; the first jobs' leads are left out."""
-    cfg = compose_sim_config(PAPER_D)
-    topo = build_topology(cfg)
-    policy = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8, shadow_count_from_warmup=True)
-    sim = build_simulation(cfg, seed=5)
-    policy.reset(5)
-    flags = []
-    while (job := sim.next_job()) is not None:
-        sim.apply(policy.decide(job, sim.state()))
-        flags.append([s.last_blocked for s in policy.shadows])
-    flags = np.array(flags, dtype=bool)
-    warm = policy.warmup_jobs
-    assert policy._blocked_base == flags[:warm].sum(axis=0).tolist() and sum(policy._blocked_base) > 0
-    assert [policy._counted(i) for i in range(len(policy.shadows))] == flags[warm:].sum(axis=0).tolist()
-    after = flags[warm:]
-    np.testing.assert_array_equal(policy._discordant, (after[:, :, None] != after[:, None, :]).sum(axis=0))
-    counted_from_start = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
-    assert _run(policy, cfg) != counted_from_start  # here the count decides when the agent switches
-    for bad in (1, "yes"):
-        with pytest.raises(ConfigError, match="shadow_count_from_warmup"):
-            AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_count_from_warmup=bad)
-
-
 def test_novelty_is_the_scaled_distance_to_the_nearest_training_condition(tmp_path) -> None:
     rng = np.random.default_rng(3)
     ref = rng.normal(size=(50, CONDITION_FEATURES)).astype(np.float32)
