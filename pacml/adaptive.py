@@ -597,8 +597,6 @@ class AdaptivePolicy:
             the jobs before it take each job's own pick. The first job's condition has no arrival
             rate at all, so its pick follows that one job's target; a few arrivals later the
             estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
-        window_margin: The margin of the first pick from a whole window against the held one
-            (``None``: ``selector_margin``); later picks use ``selector_margin``.
         condition_critics: Per-beta deviation critics (``pacml-distill``; names or paths), each
             applied only where the observed condition is its training condition
             (:class:`pacml.critic.ConditionCritic`): the first that applies may change the rule's
@@ -620,7 +618,7 @@ class AdaptivePolicy:
                  lookup_after_window: bool = False, hold_until_window: bool = False,
                  hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
                  block_search: int = 0, shadow_blocks: bool = False,
-                 window_margin: float | None = None, horizon_guard: bool = False,
+                 horizon_guard: bool = False,
                  condition_critics: Sequence[str] | None = None, condition_critic_radius: float = 0.4,
                  feasible_fallback: bool = False) -> None:
         from simulator.errors import ConfigError
@@ -640,10 +638,6 @@ class AdaptivePolicy:
         if not _finite_nonneg(selector_margin):
             raise ConfigError(f"must be a finite number >= 0, got {selector_margin!r}", field="policy.selector_margin")
         self.selector_margin = float(selector_margin)
-        if window_margin is not None and not _finite_nonneg(window_margin):
-            raise ConfigError(f"must be a finite number >= 0 or null, got {window_margin!r}",
-                              field="policy.window_margin")
-        self.window_margin = self.selector_margin if window_margin is None else float(window_margin)
         if not isinstance(horizon_guard, bool):
             raise ConfigError(f"must be true or false, got {horizon_guard!r}", field="policy.horizon_guard")
         self.horizon_guard = horizon_guard
@@ -664,7 +658,6 @@ class AdaptivePolicy:
         #: Decisions the condition critics changed in the current episode, and those they saw.
         self.condition_critic_changed = 0
         self.condition_critic_seen = 0
-        self._window_checked = False
         if not isinstance(lookup_after_window, bool):
             raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
         self.lookup_after_window = lookup_after_window
@@ -803,7 +796,6 @@ class AdaptivePolicy:
         self._novelty_n = 0
         self._picked = None
         self._first = None
-        self._window_checked = False
         self.condition_critic_changed = 0
         self.condition_critic_seen = 0
         self.chosen = []
@@ -855,9 +847,7 @@ class AdaptivePolicy:
             # job hold_from_job too).
             self._picked = None
             return best
-        margin = self.selector_margin if self._window_checked else self.window_margin
-        self._window_checked = True
-        if self._picked is not None and scores[best] - scores[self._picked] <= margin:
+        if self._picked is not None and scores[best] - scores[self._picked] <= self.selector_margin:
             return self._picked
         self._picked = best
         return best

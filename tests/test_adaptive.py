@@ -461,8 +461,7 @@ def test_shadow_options_are_checked() -> None:
                      ("shadow_all_above_servers", 0), ("shadow_all_above_servers", 2.5),
                      ("shadow_novelty", -1.0),
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
-                     ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no"),
-                     ("window_margin", -0.1), ("window_margin", float("nan"))):
+                     ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no")):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
     # Every-rule shadows above a threshold at or beyond the size limit of shadowing would never apply.
