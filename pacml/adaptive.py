@@ -575,12 +575,6 @@ class AdaptivePolicy:
             condition comes from a whole window of arrivals; before that the MLP does. The lookup
             is more accurate on whole-window conditions, but on the first jobs' partial-window
             estimates it mixes near-tied rules, and that mix blocks more than either rule alone.
-        lookup_first_above_servers: With ``lookup_after_window``, clusters with more servers than
-            this are the exception: the lookup decides from the first job (``None``: no exception).
-            On a big cluster without shadows and with first fit the first jobs' rule decides the
-            episode (the racks it fragments stay fragmented), and the MLP has seen few
-            first-window samples of big clusters, while the lookup only asks conditions on the same
-            cluster.
         block_search: 0: the scenario's placer places the rule's degree; N: the first of the first
             N free blocks of that degree in which the job meets its target
             (:func:`simulator.policies.heuristics.first_feasible_block`).
@@ -616,7 +610,7 @@ class AdaptivePolicy:
                  shadow_novel_margin: int | None = None,
                  shadow_warmup_scales: bool = False,
                  lookup_after_window: bool = False, hold_until_window: bool = False,
-                 hold_from_job: int = 1, lookup_first_above_servers: int | None = None,
+                 hold_from_job: int = 1,
                  block_search: int = 0, shadow_blocks: bool = False,
                  horizon_guard: bool = False,
                  condition_critics: Sequence[str] | None = None, condition_critic_radius: float = 0.4,
@@ -661,11 +655,6 @@ class AdaptivePolicy:
         if not isinstance(lookup_after_window, bool):
             raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
         self.lookup_after_window = lookup_after_window
-        if lookup_first_above_servers is not None and (isinstance(lookup_first_above_servers, bool) or not isinstance(
-                lookup_first_above_servers, int) or lookup_first_above_servers < 1):
-            raise ConfigError(f"must be an integer >= 1 or null, got {lookup_first_above_servers!r}",
-                              field="policy.lookup_first_above_servers")
-        self.lookup_first_above_servers = lookup_first_above_servers
         if isinstance(block_search, bool) or not isinstance(block_search, int) or block_search < 0:
             raise ConfigError(f"must be an integer >= 0, got {block_search!r}", field="policy.block_search")
         self.block_search = block_search
@@ -819,10 +808,8 @@ class AdaptivePolicy:
         self.tracker.observe(job)
         rules, feats = self._rule_table(state.topology)
         self.last_condition = self.tracker.features(state.topology)
-        big = (self.lookup_first_above_servers is not None
-               and state.topology.num_servers > self.lookup_first_above_servers)
         scores = self.weights.scores(self.last_condition, feats,
-                                     lookup=self.tracker.full or not self.lookup_after_window or big)
+                                     lookup=self.tracker.full or not self.lookup_after_window)
         return rules, scores
 
     def select(self, job: JobSpec, state: ClusterState) -> Rule:

@@ -208,20 +208,6 @@ def test_lookup_after_window_leaves_the_partial_window_jobs_to_the_mlp(after_win
         AdaptivePolicy(weights=weights, lookup_after_window="yes")
 
 
-@pytest.mark.parametrize(("above", "lookup_first"), [(31, True), (32, False), (None, False)])
-def test_lookup_first_above_servers_lets_the_lookup_decide_every_job_on_big_clusters(
-        above: int | None, lookup_first: bool) -> None:
-    weights = _TwoMinds("min_feasible(4)", "min_feasible(6)", build_topology(compose_sim_config(PAST_WINDOW)))
-    policy, _ = _episode(weights, lookup_after_window=True, lookup_first_above_servers=above)  # 32 servers
-    window = policy.tracker.window
-    assert weights.asked == [lookup_first or n >= window for n in range(1, len(policy.chosen) + 1)]
-    first = "min_feasible(6)" if lookup_first else "min_feasible(4)"
-    assert policy.chosen[:window - 1] == [first] * (window - 1)
-    for bad in (0, True, 2.5):
-        with pytest.raises(ConfigError, match="lookup_first_above_servers"):
-            AdaptivePolicy(weights=weights, lookup_first_above_servers=bad)
-
-
 def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
     rng = np.random.default_rng(0)
     width = CONDITION_FEATURES + RULE_FEATURES
@@ -947,7 +933,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
 
 
 def _load_switch_bench():
-    """Import benchmarks/bench_rule_switch.py by path (benchmarks/ is not a package)."""
+    """Import benchmarks/adaptive/bench_rule_switch.py by path (benchmarks/ is not a package)."""
     import importlib.util
     import sys
     from pathlib import Path
