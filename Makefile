@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml constraints.txt
 EXPERIMENT ?= paper_main
 
 run: $(STAMP)
-	$(BIN)/pacml-sim -m experiment=$(EXPERIMENT) hydra.sweep.dir=outputs/$(EXPERIMENT)
-	$(BIN)/pacml-report outputs/$(EXPERIMENT)
+	$(BIN)/pacml sim -m experiment=$(EXPERIMENT) hydra.sweep.dir=outputs/$(EXPERIMENT)
+	$(BIN)/pacml report outputs/$(EXPERIMENT)
 
 test: $(STAMP)
 	$(BIN)/pytest -q -n 2

@@ -1,8 +1,8 @@
-"""Copy a finished pacml-train run into pacml/checkpoints/<name>/ with its training curve.
+"""Copy a finished `pacml train` run into pacml/checkpoints/<name>/ with its training curve.
 
 Copies ``policy.pt`` (best by validation), ``train_config.yaml``, ``metrics.csv`` and
 ``train_summary.json``, and renders ``training_curve.png`` (blocking rate vs training time).
-A ``pacml-distill distill.mode=critic`` run (it holds ``critic.pt``) is shipped with
+A ``pacml distill distill.mode=critic`` run (it holds ``critic.pt``) is shipped with
 ``critic.pt``, ``distill_config.yaml``, ``critic_metrics.csv``, ``distill_summary.json`` and
 ``demos.jsonl`` instead.
 

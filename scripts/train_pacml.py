@@ -3,10 +3,10 @@
     python scripts/train_pacml.py --out outputs/train_pacml
 
 The agent is two trained parts (conf/policy/pacml_adaptive.yaml):
-- the selector ``paper_adaptive_knn``: ``pacml-train-adaptive adaptive.neighbours=100``, whose
+- the selector ``paper_adaptive_knn``: ``pacml train-adaptive adaptive.neighbours=100``, whose
   teacher search covered conditions 0-1255 (``adaptive.num_conditions=1256``);
-- the condition critic ``paper_betaD_critic``: ``pacml-distill beta=D``, distilled around the
-  per-beta D agent ``paper_betaD`` (``pacml-train beta=D``), whose encoder it reads. That agent's
+- the condition critic ``paper_betaD_critic``: ``pacml distill beta=D``, distilled around the
+  per-beta D agent ``paper_betaD`` (``pacml train beta=D``), whose encoder it reads. That agent's
   ``policy.pt`` is its warm start (imitation of ``min_feasible(4)``): in 2 million PPO steps no
   validation beat the warm start's 0.1064, so the best policy saved is the warm start's (the run of
   2026-12-02 and a rerun of 2026-12-07 alike). Here it runs one PPO update (``ppo.total_steps=2048``),
@@ -55,10 +55,10 @@ def train(out: Path) -> dict:
     """Run the three trainings (see module docstring); returns the timing record."""
     times: dict[str, dict] = {}
     start = time.monotonic()
-    selector = ["pacml-train-adaptive", "adaptive.neighbours=100", "adaptive.num_conditions=1256",
+    selector = ["pacml", "train-adaptive", "adaptive.neighbours=100", "adaptive.num_conditions=1256",
                 "adaptive.time_budget_s=7200", "progress=false"]
-    agent = ["pacml-train", "beta=D", "ppo.total_steps=2048", "ppo.time_budget_s=7200", "progress=false"]
-    critic = ["pacml-distill", "beta=D", f"distill.checkpoint={out / 'paper_betaD'}", "distill.time_budget_s=null",
+    agent = ["pacml", "train", "beta=D", "ppo.total_steps=2048", "ppo.time_budget_s=7200", "progress=false"]
+    critic = ["pacml", "distill", "beta=D", f"distill.checkpoint={out / 'paper_betaD'}", "distill.time_budget_s=null",
               "progress=false"]
 
     def critic_chain() -> None:
