@@ -165,9 +165,9 @@ class WidestFeasible:
 
 
 def run_sim(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """The installed ``pacml-sim`` in ``cwd`` (no PYTHONPATH), a short episode."""
+    """The installed ``pacml sim`` in ``cwd`` (no PYTHONPATH), a short episode."""
     env = {"PATH": str(BIN), "HOME": str(cwd)}
-    return subprocess.run([str(BIN / "pacml-sim"), *args, "horizon_s=2e4", "progress=false", "skip_finished=false",
+    return subprocess.run([str(BIN / "pacml"), "sim", *args, "horizon_s=2e4", "progress=false", "skip_finished=false",
                            f"hydra.run.dir={cwd / 'run'}"], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
 
