@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check workloads simulator pacml analysis tests benchmarks scripts
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_simulator.py
+	$(BIN)/python benchmarks/sim/bench_simulator.py
 
 # The docs site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or page reference.
 docs: $(STAMP)

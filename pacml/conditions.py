@@ -1,4 +1,4 @@
-"""The condition grid every adaptive-agent claim is measured on (issue 13; ``benchmarks/bench_conditions.py``).
+"""The condition grid every adaptive-agent claim is measured on (issue 13; ``benchmarks/adaptive/bench_conditions.py``).
 
 A :class:`Condition` is a named list of ``pacml-sim`` Hydra overrides (composed with
 :func:`pacml.env.compose_sim_config`). :data:`GRID` holds the paper scenario at three loads per

@@ -3,7 +3,7 @@ the job meets its target, placed in the first such block (first-fit order, no bo
 
 Written against the policy interface only (``state.feasibility.free_blocks`` and
 ``feasible(degree, block)``), so it runs on any version of the simulator; used by
-``tests/test_hetero_blocks.py`` and ``benchmarks/bench_hetero_blocks.py`` as the yardstick the
+``tests/test_hetero_blocks.py`` and ``benchmarks/sim/bench_hetero_blocks.py`` as the yardstick the
 shared feasibility layer must reach on a cluster of mixed server kinds.
 """
 

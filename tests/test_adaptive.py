@@ -938,7 +938,7 @@ def _load_switch_bench():
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rule_switch.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "adaptive" / "bench_rule_switch.py"
     spec = importlib.util.spec_from_file_location("_bench_rule_switch", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -1,4 +1,4 @@
-"""The held-out benchmark's pre-registration and statistics (benchmarks/bench_heldout_pacml.py)."""
+"""The held-out benchmark's pre-registration and statistics (benchmarks/adaptive/bench_heldout_pacml.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("_bench_heldout_pacml", ROOT / "benchmarks" / "bench_heldout_pacml.py")
+    spec = importlib.util.spec_from_file_location("_bench_heldout_pacml", ROOT / "benchmarks" / "adaptive" / "bench_heldout_pacml.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""The condition grid (pacml/conditions.py) and its benchmark (benchmarks/bench_conditions.py)."""
+"""The condition grid (pacml/conditions.py) and its benchmark (benchmarks/adaptive/bench_conditions.py)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_bench():
-    """Import benchmarks/bench_conditions.py by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("_bench_conditions", ROOT / "benchmarks" / "bench_conditions.py")
+    """Import benchmarks/adaptive/bench_conditions.py by path (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("_bench_conditions", ROOT / "benchmarks" / "adaptive" / "bench_conditions.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses need the module registered
     spec.loader.exec_module(module)

@@ -3,7 +3,7 @@
 In-process: each command's entry checks (``preflight`` for the Hydra commands, ``main(argv)``
 for the argparse ones). Plug-ins outside the repository (item 7) run the installed console
 script from a temporary directory. A small hypothesis sample runs the fuzzer's grammar
-(``benchmarks/fuzz_configs.py``).
+(``benchmarks/fuzz/fuzz_configs.py``).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def test_a_module_in_the_working_directory_replaces_the_default_policy(plugin_di
 # ------------------------------------------------------------------- the fuzzer's grammar
 @cache
 def fuzz() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_configs", ROOT / "benchmarks" / "fuzz_configs.py")
+    spec = importlib.util.spec_from_file_location("fuzz_configs", ROOT / "benchmarks" / "fuzz" / "fuzz_configs.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["fuzz_configs"] = module  # dataclasses look their module up

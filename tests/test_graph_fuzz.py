@@ -1,6 +1,6 @@
 """Malformed graph files: one-line errors naming file and line, no traceback, nothing bad accepted.
 
-A small hypothesis sample of the generators of ``benchmarks/fuzz_graphs.py`` (which runs 2,000
+A small hypothesis sample of the generators of ``benchmarks/fuzz/fuzz_graphs.py`` (which runs 2,000
 files per format), the cases issue 14 found one by one, the time units of JSON graphs in the
 paper scenario, and loading speed (linear, not quadratic, in the number of ops).
 """
@@ -30,15 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_script(name: str):
-    """Import a benchmarks/ script by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    """Import a benchmarks/ script by path, e.g. ``fuzz/fuzz_graphs`` (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{Path(name).name}", ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses need the module registered
     spec.loader.exec_module(module)
     return module
 
 
-fuzz = _load_script("fuzz_graphs")
+fuzz = _load_script("fuzz/fuzz_graphs")
 FUZZ_SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                          suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -259,7 +259,7 @@ def test_a_json_graph_in_seconds_runs_like_its_profile_in_the_paper_scenario(tmp
 
 # ---------------------------------------------------------------- speed (issue 14 item 9)
 def test_a_50000_op_json_graph_loads_in_linear_time(tmp_path: Path) -> None:
-    bench = _load_script("bench_graph_load")
+    bench = _load_script("sim/bench_graph_load")
     path = bench.write_json(tmp_path / "big.json", 50_000)
     start = time.perf_counter()
     graph = load_graph(path)

@@ -1,7 +1,7 @@
 """Graph formats for op placement (issue 11, item 3): the format is recognised from the content,
 pacml JSON version 2 keeps a computation graph whole (round trip: same fingerprint, same objective
 values), dnn-partitioning files map to cluster-simulator workloads or say why not, and malformed
-files (a hypothesis sample of ``benchmarks/fuzz_graphs.py``'s dnn-partitioning mutants) give one
+files (a hypothesis sample of ``benchmarks/fuzz/fuzz_graphs.py``'s dnn-partitioning mutants) give one
 line naming the node or edge index and the field."""
 
 from __future__ import annotations

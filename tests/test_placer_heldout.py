@@ -1,4 +1,4 @@
-"""The held-out graphs of the learned placers' check (benchmarks/bench_placer_heldout.py): they load,
+"""The held-out graphs of the learned placers' check (benchmarks/place/bench_placer_heldout.py): they load,
 they are not training graphs by content, and their dnn-partitioning forms carry the fx graph."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "place"))
 
 import bench_placer_heldout as bench  # noqa: E402
 import heldout_placer_graphs as heldout  # noqa: E402

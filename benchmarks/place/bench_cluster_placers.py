@@ -1,0 +1,204 @@
+"""Op placers inside the cluster simulator: blocking rate and decision latency per op placer.
+
+Physical scenario (block job placement), ``cluster=ramp32_hetero`` by default, one degree policy
+for every op placer (``min_feasible_4`` by default: the best simple rule of the physical
+scenario on betas A-C, BENCHMARKS.md §5), betas A-D, seeds 100-109 (never used in training).
+Every op placer runs on the same job streams (same seeds), so differences are paired: for each
+(beta, seed) the blocking rate of a placer minus first fit's, then the mean and its standard
+error over seeds. Decision latency is the wall time from a job's arrival being handed to the
+policy to its decision being applied (degree choice, which asks the feasibility table for
+placements and lookaheads, plus placement): p50 and p99 over every decision of every episode.
+Each op placer's caches (placements, lookaheads) are shared across its episodes, as in a long
+run; the cold first placements are inside the percentiles.
+
+Usage::
+
+    python benchmarks/place/bench_cluster_placers.py --placers first_fit,heft,m_etf,m_sct,metis \\
+        --betas A,B,C,D --seeds 100-109 --json benchmarks/results/place/results_cluster_placers.json
+
+The model-parallel scenario (no op split, every op movable: ``scenario=model_parallel``), where
+the op placer decides which server of the block runs each op, on every shipped PipeDream graph::
+
+    python benchmarks/place/bench_cluster_placers.py --scenario model_parallel --policy min_feasible \\
+        --set workload.graphs=all --json benchmarks/results/place/results_cluster_placers_mp_all.json
+
+``--set KEY=VALUE`` passes any further override to every episode.
+
+``--placers`` takes any ``sim.op_placer`` value (``learned`` once ``conf/method/learned.yaml``
+exists); the first one is the reference of the paired differences.
+
+``--jct-check`` instead prices, for every graph of the workload, every degree and a few
+occupancies (empty, then random ones), each placer's placement with the simulator's step model
+and prints its step time relative to the first placer's, plus the share of compute and
+activation bytes in the ops an op placer may move (unsplit and narrower ops): why placers can
+hardly change blocking here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from simulator.build import (
+    build_feasibility,
+    build_policy,
+    build_simulation,
+    build_topology,
+    build_workload,
+)
+from simulator.cli import CONF_DIR
+from workloads.io import atomic_write_json
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """``conf/sim.yaml`` with ``overrides`` (outside a Hydra app)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="sim", overrides=overrides)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``100-109`` or ``1,2,5``."""
+    if "-" in text:
+        lo, hi = (int(x) for x in text.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def run_episode(cfg: DictConfig, seed: int, feasibility: Any, workload: Any, policy: Any) -> tuple[dict, list[float]]:
+    """One episode; returns its summary and the wall time of every decision (seconds)."""
+    sim = build_simulation(cfg, seed=seed, feasibility=feasibility, workload=workload)
+    bind = getattr(policy, "bind", None)
+    if callable(bind):
+        bind(sim.workload)
+    policy.reset(seed)
+    latencies: list[float] = []
+    while True:
+        job = sim.next_job()
+        if job is None:
+            break
+        t0 = time.perf_counter()
+        sim.apply(policy.decide(job, sim.state()))
+        latencies.append(time.perf_counter() - t0)
+    return sim.finalize().summary, latencies
+
+
+def jct_check(base: list[str], placers: list[str], occupancies: int = 5) -> None:
+    """Step time of each placer's placement relative to the first placer's (see module docstring)."""
+    cfg = compose_config(base)
+    topology = build_topology(cfg)
+    workload = build_workload(cfg)
+    feas = {p: build_feasibility(topology, {**OmegaConf.to_container(cfg.sim), "op_placer": p}) for p in placers}
+    rng = np.random.default_rng(0)
+    occs = [0] + [int(sum(1 << int(s) for s in rng.choice(topology.num_servers, topology.num_servers // 4,
+                                                                 replace=False))) for _ in range(occupancies)]
+    ref = feas[placers[0]]
+    rel: dict[str, list[float]] = {p: [] for p in placers}
+    for graph in workload.training_graphs:
+        n = graph.num_forward_ops
+        compute = graph.compute_time_s[:n] + graph.compute_time_s[n:]
+        act = graph.forward.activation_bytes
+        for degree in topology.degrees:
+            free = ref.step_model.partitioner.splits(graph, degree) < degree
+            print(f"{graph.name:15s} degree {degree:2d}: {int(free.sum())}/{n} ops free, "
+                  f"{100 * compute[free].sum() / compute.sum():.3f} % of compute, "
+                  f"{100 * act[free].sum() / max(act.sum(), 1):.1f} % of activation bytes")
+            for occ in occs:
+                first = ref.placer.place(graph, degree, occ)
+                if first is None:
+                    continue
+                t0 = ref.step_model.step(graph, degree, first).step_time_s
+                for p, f in feas.items():
+                    rel[p].append(f.step_model.step(graph, degree, f.placer.place(graph, degree, occ)).step_time_s / t0 - 1)
+    print(f"\n| op placer | placements | mean step time vs {placers[0]} | best | worst | better | worse |")
+    print("|---|---|---|---|---|---|---|")
+    for p, r in rel.items():
+        a = np.array(r) * 100
+        print(f"| {p} | {len(a)} | {a.mean():+.3f} % | {a.min():+.3f} % | {a.max():+.3f} % | "
+              f"{int((a < -1e-9).sum())} | {int((a > 1e-9).sum())} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--placers", default="first_fit,heft,m_etf,m_sct,metis",
+                        help="comma-separated sim.op_placer values; the first is the reference")
+    parser.add_argument("--betas", default="A,B,C,D")
+    parser.add_argument("--seeds", default="100-109")
+    parser.add_argument("--policy", default="min_feasible_4", help="degree policy (conf/policy/) for every placer")
+    parser.add_argument("--cluster", default="ramp32_hetero")
+    parser.add_argument("--scenario", default="physical")
+    parser.add_argument("--horizon-s", type=float, default=None, help="shorter episodes (default: the scenario's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any further config override, e.g. --set workload.graphs=all (repeatable)")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--jct-check", action="store_true", help="step times per placement instead of episodes")
+    args = parser.parse_args()
+    placers = args.placers.split(",")
+    betas = args.betas.split(",")
+    seeds = parse_seeds(args.seeds)
+    base = [f"scenario={args.scenario}", f"cluster={args.cluster}", f"policy={args.policy}"]
+    if args.horizon_s is not None:
+        base.append(f"horizon_s={args.horizon_s}")
+    base.extend(args.set)
+    if args.jct_check:
+        jct_check(base, placers)
+        return
+    rates: dict[str, dict[str, list[float]]] = {}
+    latency: dict[str, list[float]] = {}
+    info: dict[str, dict[str, Any]] = {}
+    wall: dict[str, float] = {}
+    for placer in placers:
+        cfg0 = compose_config([*base, f"sim.op_placer={placer}"])
+        feas = build_feasibility(build_topology(cfg0), cfg0.sim)  # shared by all episodes of this placer
+        t_placer = time.perf_counter()
+        for beta in betas:
+            cfg = compose_config([*base, f"sim.op_placer={placer}", f"beta={beta}"])
+            workload = build_workload(cfg)
+            policy = build_policy(cfg)
+            for seed in seeds:
+                summary, lat = run_episode(cfg, seed, feas, workload, policy)
+                rates.setdefault(placer, {}).setdefault(beta, []).append(float(summary["blocking_rate"]))
+                latency.setdefault(placer, []).extend(lat)
+                print(f"{placer:12s} beta={beta} seed={seed} blocking {summary['blocking_rate']:.4f} "
+                      f"({summary['wall_time_s']:.1f} s)", flush=True)
+        wall[placer] = time.perf_counter() - t_placer
+        op = feas.placer.op_placer
+        info[placer] = op.info() if op is not None else {"op_placer": "first_fit"}
+        info[placer].update(feas.step_model.cache_info())
+
+    ref = placers[0]
+    table: dict[str, Any] = {}
+    print(f"\n| op placer | {' | '.join(f'beta {b}' for b in betas)} | decision p50 / p99 (ms) |")
+    print(f"|---|{'---|' * len(betas)}---|")
+    for placer in placers:
+        row = {}
+        cells = []
+        for beta in betas:
+            r = np.array(rates[placer][beta])
+            d = r - np.array(rates[ref][beta])
+            se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+            row[beta] = {"blocking_mean": float(r.mean()), "blocking_per_seed": r.tolist(),
+                         f"diff_vs_{ref}_mean": float(d.mean()), f"diff_vs_{ref}_se": se,
+                         "better_seeds": int((d < 0).sum()), "worse_seeds": int((d > 0).sum())}
+            cells.append(f"{r.mean():.4f}" if placer == ref else f"{r.mean():.4f} ({d.mean():+.4f} ± {se:.4f})")
+        lat = np.array(latency[placer]) * 1e3
+        row["decision_ms"] = {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
+                              "max": float(lat.max()), "decisions": len(lat)}
+        row["wall_s"] = wall[placer]
+        row["counters"] = info[placer]
+        table[placer] = row
+        print(f"| {placer} | {' | '.join(cells)} | {row['decision_ms']['p50']:.2f} / {row['decision_ms']['p99']:.2f} |")
+    if args.json:
+        atomic_write_json(args.json, {"command_args": vars(args) | {"json": str(args.json)},
+                                      "overrides": base, "seeds": seeds, "reference": ref,
+                                      "results": table, "config": OmegaConf.to_container(cfg0.sim)})
+
+
+if __name__ == "__main__":
+    main()
