@@ -14,8 +14,8 @@ byte flips, truncation). The oracle:
 * every error is one line that starts with the file name and names a line (``file:N:``) or a
   field (``field 'key'``).
 
-A sample then goes through the console commands (``pacml-graph validate FILE`` and a few
-``pacml-sim workload.graphs=FILE``): exit status 2 and exactly one ``prog: error: FILE...`` line on
+A sample then goes through the console commands (``pacml graph validate FILE`` and a few
+``pacml sim workload.graphs=FILE``): exit status 2 and exactly one ``prog: error: FILE...`` line on
 stderr for a rejected file, 0 for an accepted one.
 
 The generators are shared with ``tests/test_graph_fuzz.py`` (a small hypothesis sample).
@@ -644,7 +644,7 @@ def mutant_path(folder: Path, fmt: str, k: int) -> Path:
 
 
 def run_cli(prog: list[str], path: Path, accepted: bool) -> list[str]:
-    """Run a console command on ``path``; return the oracle violations."""
+    """Run a console command (``pacml SUB ...``) on ``path``; return the oracle violations."""
     out = subprocess.run([*prog], capture_output=True, text=True, timeout=120)
     problems = []
     err_lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
@@ -654,7 +654,7 @@ def run_cli(prog: list[str], path: Path, accepted: bool) -> list[str]:
     else:
         if out.returncode != 2:
             problems.append(f"exit {out.returncode}, not 2")
-        name = Path(prog[0]).name
+        name = f"pacml-{prog[1]}"  # `pacml graph` errors start "pacml-graph: error:" (its PROG)
         if len(err_lines) != 1 or not err_lines[0].startswith(f"{name}: error: {path}"):
             problems.append(f"stderr is not one '{name}: error: {path}...' line: {out.stderr[-300:]!r}")
     return problems
@@ -666,8 +666,8 @@ def main() -> None:
     parser.add_argument("--per-format", type=int, default=2000)
     parser.add_argument("--formats", default="pipedream,json,dnn,json2",
                         help="comma-separated: pipedream, json (version 1), dnn, json2 (pacml JSON version 2)")
-    parser.add_argument("--cli-sample", type=int, default=50, help="files per format run through pacml-graph")
-    parser.add_argument("--sim-sample", type=int, default=6, help="files per format run through pacml-sim")
+    parser.add_argument("--cli-sample", type=int, default=50, help="files per format run through pacml graph")
+    parser.add_argument("--sim-sample", type=int, default=6, help="files per format run through pacml sim")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
@@ -712,13 +712,13 @@ def main() -> None:
             sample = random.Random(f"{args.seed}-{fmt}-cli").sample(outcomes, min(args.cli_sample, len(outcomes)))
             cli_problems = []
             for path, outcome in sample:
-                cli_problems += run_cli([str(bin_dir / "pacml-graph"), "validate", str(path)], path,
+                cli_problems += run_cli([str(bin_dir / "pacml"), "graph", "validate", str(path)], path,
                                         outcome.status == "accepted")
             rejected_sample = [(p, o) for p, o in sample if o.status == "rejected"][: args.sim_sample]
             for path, _ in rejected_sample:
-                cli_problems += run_cli([str(bin_dir / "pacml-sim"), f"workload.graphs={path}", "progress=false",
+                cli_problems += run_cli([str(bin_dir / "pacml"), "sim", f"workload.graphs={path}", "progress=false",
                                          f"out_dir={Path(tmp) / 'sim_out'}"], path, False)
-            print(f"  console: pacml-graph validate on {len(sample)} files, pacml-sim on {len(rejected_sample)} "
+            print(f"  console: pacml graph validate on {len(sample)} files, pacml sim on {len(rejected_sample)} "
                   f"rejected files: {len(cli_problems)} problems")
             for p in cli_problems[:5]:
                 print(f"  PROBLEM {p}")

@@ -11,10 +11,10 @@
 set -u
 out=${1:?usage: $0 OUT_DIR}
 mkdir -p "$out"
-BIN="$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/pacml-sim"
+BIN="$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/pacml"
 run() {
   name=$1; shift
-  nice -n 10 "$BIN" progress=false skip_finished=false out_dir="$out/$name" "$@" >"$out/$name.log" 2>&1 || echo "FAIL $name"
+  nice -n 10 "$BIN" sim progress=false skip_finished=false out_dir="$out/$name" "$@" >"$out/$name.log" 2>&1 || echo "FAIL $name"
 }
 for s in 0 1; do
   run paper_A_para_max_s$s scenario=paper beta=A policy=para_max seed=$s
