@@ -13,7 +13,7 @@ placements (a per-op first-fit scan inside the block, once per graph, degree and
 
 No lookahead is run (the step model at degree > 64 is another part of issue 15).
 
-Usage: python benchmarks/sim/bench_blocks.py [--jobs 20000] [--json benchmarks/results_blocks.json]
+Usage: python benchmarks/sim/bench_blocks.py [--jobs 20000] [--json benchmarks/results/sim/results_blocks.json]
 """
 
 from __future__ import annotations
