@@ -469,8 +469,8 @@ _register_resolvers()
 
 def command() -> Any:
     """What ``pacml-train-adaptive``'s config holds, for the one check before any work."""
-    from simulator.cli import HydraCommand, _override_keys
-    from simulator.schema import MAX_SEED, Rule, dataclass_rules, validate_config
+    from simulator.cli import HydraCommand, override_keys
+    from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
 
     count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
     ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": Rule(int, low=20),
@@ -490,7 +490,7 @@ def command() -> Any:
 
     class _Command(HydraCommand):
         def validate(self, cfg: Any, overrides: Any) -> Any:
-            cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
+            cfg = validate_config(cfg, keys=self.keys, plugins=(), given=override_keys(overrides))
             from simulator.errors import ConfigError
 
             if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
@@ -502,7 +502,7 @@ def command() -> Any:
                 if not (source / CONFIG_FILE).is_file() or not any((source / "conditions").glob("*.npz")):
                     raise ConfigError(f"no pacml-train-adaptive teacher search at {cfg.refit} (no {CONFIG_FILE} "
                                       "or no conditions/*.npz)", field="refit")
-                for key in _override_keys(overrides):
+                for key in override_keys(overrides):
                     if key.startswith("adaptive.") and key.split(".", 1)[1] in SEARCH_KEYS:
                         raise ConfigError(f"a refit reuses {cfg.refit}'s teacher search, so its search settings "
                                           f"({', '.join(SEARCH_KEYS)}) come from that run", field=key)
@@ -534,12 +534,12 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
     if cfg.get("refit"):
         conditions_dir = Path(str(cfg.refit)) / "conditions"
         if not resumed:  # a resumed refit's saved config already holds the merged settings
-            from simulator.cli import _override_keys
+            from simulator.cli import override_keys
 
             # The source run's settings (its search's describe the conditions fitted on), then
             # the fit settings given on this command line.
             source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
-            given = _override_keys(overrides or [])
+            given = override_keys(overrides or [])
             for key, value in source.get("adaptive", {}).items():
                 if f"adaptive.{key}" not in given and key in cfg.adaptive:
                     OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)

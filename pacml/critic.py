@@ -300,9 +300,9 @@ class ConditionCritic:
     """
 
     def __init__(self, name: str | Path, spread: np.ndarray, radius: float) -> None:
-        from pacml.policy import _resolve
+        from pacml.policy import resolve_checkpoint
 
-        file = _resolve(name, "critic.pt", "critic", "policy.condition_critics")
+        file = resolve_checkpoint(name, "critic.pt", "critic", "policy.condition_critics")
         self.name = str(name)
         (self.critic, self.encoder, self.margin_jobs, self.topology, self.accounting, rows,
          self.log_seq_s) = _condition_critic(str(file.resolve()), self.name)

@@ -436,7 +436,7 @@ def command() -> Any:
     import typing
 
     from simulator.cli import HydraCommand
-    from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
+    from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
 
     count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
     ranges = {

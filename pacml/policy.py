@@ -79,7 +79,7 @@ def _find(path: str | Path, filename: str, named: bool = False) -> Path | None:
     return None
 
 
-def _resolve(path: str | Path, filename: str, kind: str, field: str) -> Path:
+def resolve_checkpoint(path: str | Path, filename: str, kind: str, field: str) -> Path:
     """The checkpoint file ``path`` names (see :func:`_find`); a ConfigError on ``field`` if there is
     none, naming the policy config that runs it when ``path`` is the other degree agent's checkpoint."""
     if str(path) in RENAMED_CHECKPOINTS and not Path(path).exists():
@@ -116,7 +116,7 @@ def load_payload(path: str | Path, filename: str, fmt: str, kind: str, field: st
     """Resolve and read a pacml checkpoint file of format ``fmt``; bad input is a ConfigError on ``field``."""
     from pacml.runfiles import load_torch_file
 
-    file = _resolve(path, filename, kind, field)
+    file = resolve_checkpoint(path, filename, kind, field)
     try:  # imports torch only now: a missing file must not wait for the import
         payload = load_torch_file(file, f"{kind} checkpoint")
     except ValueError as exc:
@@ -210,7 +210,7 @@ class PacMLPolicy:
         """Preflight (``simulator.build.check_buildable``): the checkpoint file exists (no torch import),
         so a condition without an agent is refused before any run of a sweep starts."""
         if node.get("checkpoint") is not None:
-            _resolve(node["checkpoint"], "policy.pt", "policy", "policy.checkpoint")
+            resolve_checkpoint(node["checkpoint"], "policy.pt", "policy", "policy.checkpoint")
 
     def reset(self, seed: int | None = None) -> None:
         """Reseed sampling (used only when not deterministic); keep cached embeddings."""

@@ -30,10 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pacml.ppo_config import PPOConfig
 from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
-from simulator.build import instantiate_checked
 from simulator.cli import HydraCommand, fail, preflight, report_user_errors
+from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules, instantiate_checked
 from simulator.errors import ConfigError
-from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
 from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)

@@ -62,9 +62,9 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from simulator.config import instantiate_checked
 from simulator.errors import ConfigError, one_line
 from simulator.free_blocks import FreeBlockIndex
-from simulator.instantiate import instantiate_checked
 from simulator.partition import Partitioner
 from simulator.place.devices import ramp_block_devices
 from simulator.place.objectives import StepObjective

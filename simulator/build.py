@@ -15,13 +15,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from simulator.block_placement import build_block_op_placer
 from simulator.comm import RampCommModel
+from simulator.config import MAX_TIME_SCALE, import_target, instantiate_checked
 from simulator.errors import ConfigError
 from simulator.feasibility import DEFAULT_HETERO_BLOCK_SEARCH, Feasibility
-from simulator.instantiate import instantiate_checked
 from simulator.partition import Partitioner
 from simulator.placement import OpPlacer
 from simulator.records import RecordSink
-from simulator.schema import MAX_TIME_SCALE, import_target
 from simulator.simulation import Simulation
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology

@@ -1,4 +1,9 @@
-"""Shared helpers for the console commands: one-line errors for bad input.
+"""Command plumbing shared by the console commands: argv and override parsing, the Hydra preflight,
+one-line errors for bad input and the exit status.
+
+Imported only by the entry points (:mod:`simulator.run`, :mod:`simulator.place.cli`, pacml's
+commands); nothing else in ``simulator/`` imports it (``tests/test_layering.py`` checks). The
+config checks it runs live in the leaf :mod:`simulator.config`.
 
 A bad group choice (``policy=nope``), a malformed graph, an impossible cluster or a negative rate
 ends the command with one clear line on stderr and exit status 2, never a traceback.
@@ -19,11 +24,10 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, flat_keys, suggest, validate_config
 from simulator.errors import ConfigError, InvalidDecision, one_line
-from simulator.schema import SIM_KEYS, SIM_PLUGINS, Rule, flat_keys, suggest, validate_config
 from workloads.errors import WorkloadError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 USER_ERRORS = (WorkloadError, ConfigError, InvalidDecision)
 
 
@@ -87,7 +91,7 @@ class HydraCommand:
     Attributes:
         prog: Name in error messages (``pacml-sim``).
         config_name: Primary config in ``conf/`` (``sim``).
-        keys: Rules of its plain keys (see :mod:`simulator.schema`).
+        keys: Rules of its plain keys (see :mod:`simulator.config`).
         plugins: Sections built from ``_target_``.
         optional: Plug-in sections that may be null.
     """
@@ -100,19 +104,23 @@ class HydraCommand:
 
     def validate(self, cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
         """Check a composed config (raises :class:`ConfigError`); returns it pruned."""
-        from simulator.build import check_buildable
+        from simulator.build import (
+            check_buildable,  # lazy: numba (pacml-place never builds a simulation)
+        )
 
         cfg = validate_config(cfg, keys=self.keys, plugins=self.plugins, optional=self.optional,
-                              given=_override_keys(overrides))
+                              given=override_keys(overrides))
         check_buildable(cfg)
         return cfg
 
 
-def _override_keys(overrides: Sequence[str]) -> set[str]:
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The config keys a command line's overrides set or delete (``+a.b=1`` and ``~a.b``: ``a.b``)."""
     return {o.split("=", 1)[0].lstrip("+~").split("@")[0] for o in overrides if "=" in o or o.startswith("~")}
 
 
-def _hydra_args(cmd: HydraCommand, argv: Sequence[str]) -> argparse.Namespace:
+def hydra_args(cmd: HydraCommand, argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed as Hydra parses it; a bad flag ends ``cmd`` with one line and status 2."""
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()
@@ -121,7 +129,7 @@ def _hydra_args(cmd: HydraCommand, argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-class _Composer:
+class Composer:
     """Composes the command's config as Hydra will (same search path, ``--config-dir``)."""
 
     def __init__(self, cmd: HydraCommand, args: argparse.Namespace) -> None:
@@ -183,7 +191,7 @@ class _Composer:
         return []
 
 
-def _composition_error(composer: _Composer, exc: Exception, overrides: list[str]) -> str:
+def _composition_error(composer: Composer, exc: Exception, overrides: list[str]) -> str:
     """One line for an exception raised while composing (Hydra's own are several lines)."""
     from hydra.errors import MissingConfigException
 
@@ -218,7 +226,7 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
     Parses the command-line flags, parses every override (Hydra's syntax errors), composes the
     config as Hydra will (unknown keys get a suggestion; group choices are looked up on the
     whole search path, so ``hydra.searchpath`` and ``--config-dir`` plug-ins are found), and
-    validates it (:mod:`simulator.schema`). In multirun mode each swept value is checked with
+    validates it (:mod:`simulator.config`). In multirun mode each swept value is checked with
     the first value of the others. Also puts the working directory on ``sys.path``.
 
     Returns:
@@ -229,7 +237,7 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
     from hydra.errors import HydraException, OverrideParseException
 
     cwd_on_path()
-    args = _hydra_args(cmd, argv)
+    args = hydra_args(cmd, argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
         return None
     overrides = list(args.overrides)
@@ -261,7 +269,7 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
     for pos, values in sweeps:
         for value in values[1:]:
             variants.append([*base[:pos], value, *base[pos + 1:]])
-    composer = _Composer(cmd, args)
+    composer = Composer(cmd, args)
     checked = [check_overrides(cmd, composer, variant) for variant in variants[:64]]
     return checked[0]
 
@@ -289,7 +297,7 @@ def _unparsable(override: str) -> bool:
     return False
 
 
-def check_overrides(cmd: HydraCommand, composer: _Composer, overrides: list[str]) -> DictConfig:
+def check_overrides(cmd: HydraCommand, composer: Composer, overrides: list[str]) -> DictConfig:
     """Compose and validate one command line (no sweeps); one line and exit 2 on any problem."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException

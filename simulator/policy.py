@@ -12,12 +12,11 @@ policy that wraps another should forward it.
 from __future__ import annotations
 
 import inspect
-import os
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from simulator.cluster import ClusterState
+from simulator.errors import short_path
 from workloads.jobs import JobSpec
 
 
@@ -55,23 +54,14 @@ PROTOCOL = "a policy needs reset(seed=None) and decide(job, state) returning a D
 _PROJECT_PACKAGES = frozenset({"simulator", "pacml", "workloads", "analysis"})
 
 
-def _short(path: str) -> str:
-    """``path`` relative to the working directory when it lies below it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive
-        return path
-    return path if rel.startswith("..") else rel
-
-
 def source_site(obj: Any) -> str:
     """``file:line`` where a class or function is defined (its qualified name if the source is unknown)."""
     func = getattr(obj, "__func__", obj)
     code = getattr(inspect.unwrap(func) if callable(func) else func, "__code__", None)
     if code is not None:
-        return f"{_short(code.co_filename)}:{code.co_firstlineno}"
+        return f"{short_path(code.co_filename)}:{code.co_firstlineno}"
     try:
-        return f"{_short(inspect.getsourcefile(obj) or '?')}:{inspect.getsourcelines(obj)[1]}"
+        return f"{short_path(inspect.getsourcefile(obj) or '?')}:{inspect.getsourcelines(obj)[1]}"
     except (OSError, TypeError):
         return getattr(obj, "__qualname__", repr(obj))
 
@@ -93,19 +83,3 @@ def interface_problem(cls: type) -> str | None:
         return None
     return (f"{source_site(cls)}: policy {class_path(cls)} has no {' or '.join(missing)} "
             f"method: {PROTOCOL}")
-
-
-def raised_site(tb: TracebackType | None, method: Any) -> str:
-    """``file:line`` of the deepest frame of ``tb`` in the file defining ``method`` (the user's own line,
-    not a library's below it); the deepest frame if none is."""
-    code = getattr(getattr(method, "__func__", method), "__code__", None)
-    home = code.co_filename if code is not None else None
-    deepest = mine = None
-    while tb is not None:
-        deepest = tb
-        if tb.tb_frame.f_code.co_filename == home:
-            mine = tb
-        tb = tb.tb_next
-    frame = mine or deepest
-    return "?" if frame is None else f"{_short(frame.tb_frame.f_code.co_filename)}:{frame.tb_lineno}"
-

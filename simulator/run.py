@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 PROG = "pacml-sim"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "policy", "scenario", "experiment")
-#: What ``pacml-sim``'s config holds, for the one check before any work (simulator/schema.py).
+#: What ``pacml-sim``'s config holds, for the one check before any work (simulator/config.py).
 COMMAND = HydraCommand(PROG, "sim")
 
 

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import simpy
 
 from simulator.cluster import Cluster, ClusterState
-from simulator.errors import ConfigError, InvalidDecision
+from simulator.errors import ConfigError, InvalidDecision, raised_site
 from simulator.feasibility import Feasibility, FeasibilityTable
 from simulator.placement import Placement
 from simulator.policy import (
@@ -50,7 +50,6 @@ from simulator.policy import (
     class_path,
     interface_problem,
     is_project_policy,
-    raised_site,
     source_site,
 )
 from simulator.records import (

@@ -1000,9 +1000,9 @@ def test_condition_critic_applies_only_on_its_training_condition() -> None:
     every whole window of that condition (validation seeds) and none of D at 1500, B at 1000 or the
     physical scenario (the same unit-free condition in milliseconds, drained)."""
     from pacml.critic import ConditionCritic
-    from pacml.policy import _resolve
+    from pacml.policy import resolve_checkpoint
 
-    weights, _ = load_adaptive(_resolve("paper_adaptive_knn", "adaptive.npz", "adaptive", "policy.checkpoint"))
+    weights, _ = load_adaptive(resolve_checkpoint("paper_adaptive_knn", "adaptive.npz", "adaptive", "policy.checkpoint"))
     assert weights.reference is not None
     critic = ConditionCritic("paper_betaD_critic", weights.reference.std(axis=0), radius=0.4)
     for overrides, expected in ((["scenario=paper", "beta=D"], True),

@@ -295,7 +295,7 @@ def test_train_placer_bad_input_is_one_line(args: list[str], needle: str) -> Non
 
 def test_cluster_blocks_preset_lists_every_block_a_job_can_hold() -> None:
     from pacml.placer.cli import device_sets
-    from simulator.build import instantiate_checked
+    from simulator.config import instantiate_checked
     from simulator.place.cli import _cluster_preset
 
     sets = dict(device_sets(["blocks:ramp32_hetero"]))

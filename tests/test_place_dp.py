@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import CONF_DIR
+from simulator.config import CONF_DIR
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config
 from simulator.place.dp import DPPlacer, contract_forward, enumerate_ideals

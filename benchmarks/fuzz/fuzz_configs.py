@@ -882,11 +882,11 @@ def argparse_entry(command: str) -> Callable[[list[str]], None]:
 @functools.cache
 def known_keys(config_name: str = "sim") -> frozenset[str]:
     """Dotted keys of a command's default config (typos must not hit one)."""
-    from simulator.cli import HydraCommand, _Composer, _hydra_args
-    from simulator.schema import flat_keys
+    from simulator.cli import HydraCommand, Composer, hydra_args
+    from simulator.config import flat_keys
 
     cmd = HydraCommand("fuzz", config_name)
-    return frozenset(flat_keys(_Composer(cmd, _hydra_args(cmd, [])).compose([])))
+    return frozenset(flat_keys(Composer(cmd, hydra_args(cmd, [])).compose([])))
 
 
 @dataclass

@@ -53,7 +53,7 @@ from simulator.build import (
     build_topology,
     build_workload,
 )
-from simulator.cli import CONF_DIR
+from simulator.config import CONF_DIR
 from workloads.io import atomic_write_json
 
 

@@ -29,10 +29,10 @@ from pacml.placer.problem import ORDERS
 from pacml.placer.settings import DECODERS, NetConfig, PPOSettings
 from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
 from pacml.train import process_age_s  # also registers the resume resolvers of the config
-from simulator.cli import HydraCommand, _override_keys, preflight, report_user_errors
+from simulator.cli import HydraCommand, override_keys, preflight, report_user_errors
+from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config
-from simulator.schema import MAX_SEED, Rule, dataclass_rules, validate_config
 from workloads.io import atomic_write_text
 
 if typing.TYPE_CHECKING:
@@ -68,7 +68,7 @@ class TrainPlacerCommand(HydraCommand):
 
     def validate(self, cfg: DictConfig, overrides: typing.Any) -> DictConfig:
         """Check a composed config (raises our own errors); returns it."""
-        cfg = validate_config(cfg, keys=self.keys, plugins=(), given=_override_keys(overrides))
+        cfg = validate_config(cfg, keys=self.keys, plugins=(), given=override_keys(overrides))
         sets = device_sets(list(cfg.presets))
         if cfg.net.decoder == "oneshot" and cfg.net.hidden % cfg.net.heads:
             raise ConfigError(f"net.hidden ({cfg.net.hidden}) must be a multiple of net.heads ({cfg.net.heads}) "

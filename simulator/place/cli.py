@@ -39,21 +39,19 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from simulator.build import instantiate_checked
-from simulator.cli import (
+from simulator.cli import HydraCommand, finished_run, override_keys, preflight, report_user_errors
+from simulator.config import (
     CONF_DIR,
-    HydraCommand,
-    _override_keys,
-    finished_run,
-    preflight,
-    report_user_errors,
+    PLACE_KEYS,
+    PLACE_PLUGINS,
+    instantiate_checked,
+    validate_config,
 )
 from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config, ramp_block_devices
 from simulator.place.large import big_graph, is_big_graph_name
 from simulator.place.objectives import BoundObjective, Evaluation, PlacementError, bind_objective
 from simulator.place.placer import PlacerResult, SingleDevicePlacer
-from simulator.schema import PLACE_KEYS, PLACE_PLUGINS, validate_config
 from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
 from workloads.io import atomic_write_json, clear_stale_temporaries
@@ -75,12 +73,12 @@ class PlaceCommand(HydraCommand):
     def validate(self, cfg: DictConfig, overrides: Any) -> DictConfig:
         """Check a composed config (raises our own errors); returns it."""
         cfg = validate_config(cfg, keys=self.keys, plugins=self.plugins, free=("devices",),
-                              given=_override_keys(overrides))
+                              given=override_keys(overrides))
         prepare(cfg)
         return cfg
 
 
-#: What ``pacml-place``'s config holds, for the one check before any work (simulator/schema.py).
+#: What ``pacml-place``'s config holds, for the one check before any work (simulator/config.py).
 COMMAND = PlaceCommand(PROG, "place", keys=dict(PLACE_KEYS), plugins=PLACE_PLUGINS)
 
 

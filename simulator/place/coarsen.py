@@ -51,7 +51,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from omegaconf import DictConfig, OmegaConf
 
+from simulator.config import CONF_DIR, instantiate_checked
 from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective, bind_objective
 from simulator.place.placer import PlacerResult, timed
@@ -415,11 +417,6 @@ def build_inner(inner: Any, inner_args: Mapping[str, Any] | None = None) -> Any:
     Raises:
         ConfigError: Naming ``method.inner`` (or the inner method's own key under ``method.inner_args``).
     """
-    from omegaconf import DictConfig, OmegaConf  # noqa: PLC0415 (config machinery: only when built from a name)
-
-    from simulator.build import instantiate_checked  # noqa: PLC0415
-    from simulator.cli import CONF_DIR  # noqa: PLC0415
-
     args = dict(inner_args or {})
     if isinstance(inner, str):
         names = sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
@@ -487,15 +484,9 @@ class CoarsenedPlacer:
         if not isinstance(contract, bool):
             raise ConfigError(f"must be true or false, got {contract!r}", field="method.contract")
         self.contract = contract
-        if inner_args is not None and not isinstance(inner_args, Mapping):
-            try:
-                from omegaconf import DictConfig  # noqa: PLC0415
-                ok = isinstance(inner_args, DictConfig)
-            except ImportError:  # pragma: no cover
-                ok = False
-            if not ok:
-                raise ConfigError(f"must be a mapping of the inner method's keys, got {inner_args!r}",
-                                  field="method.inner_args")
+        if inner_args is not None and not isinstance(inner_args, Mapping | DictConfig):
+            raise ConfigError(f"must be a mapping of the inner method's keys, got {inner_args!r}",
+                              field="method.inner_args")
         self.inner_name = inner if isinstance(inner, str) else getattr(inner, "name", type(inner).__name__)
         self.inner = build_inner(inner, inner_args)
 

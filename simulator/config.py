@@ -1,4 +1,10 @@
-"""One typed check of a composed config, shared by every console command.
+"""Config plumbing shared by every command and builder: the one typed check of a composed config,
+``instantiate_checked``, and where ``conf/`` lies.
+
+A leaf of ``simulator/``: it imports only :mod:`simulator.errors` and :mod:`simulator.estimate` (both
+import nothing of the project's simulator), so any module may import it and none closes a cycle
+through it. The command plumbing (argv, Hydra preflight, exit status) is :mod:`simulator.cli`,
+imported by the entry points only.
 
 Hydra composes a config; this module checks it once, before any work, and raises
 :class:`~simulator.errors.ConfigError` naming the key at fault:
@@ -14,6 +20,10 @@ Hydra composes a config; this module checks it once, before any work, and raises
 Booleans must be real booleans (``maybe`` is not true), integers must be integers (``1.5`` is not
 truncated), and floats must be finite. Ranges beyond the types are checked by the classes
 themselves when they are built (e.g. ``cluster.num_racks_per_group >= 1``).
+
+:func:`instantiate_checked` is Hydra's ``instantiate`` with our own errors unwrapped: every builder
+(:mod:`simulator.build`, the op placer of :mod:`simulator.allocation.op_placer`, ``pacml-place``)
+calls it.
 """
 
 from __future__ import annotations
@@ -31,12 +41,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, raised_site
+from simulator.estimate import estimate_run, refusal
+from workloads.errors import WorkloadError
 
 log = logging.getLogger(__name__)
+
+#: The shipped config directory (``conf/``).
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 #: Default cap on the arrivals of one episode (``max_arrivals``): the paper's episode has 1,000.
 DEFAULT_MAX_ARRIVALS = 100_000
@@ -389,8 +406,6 @@ def check_episode_size(cfg: DictConfig) -> None:
 
 def _check_estimate(cfg: DictConfig, arrivals: float | None) -> None:
     """The wall-time and memory limits (skipped for a config the cost model cannot size)."""
-    from simulator.estimate import estimate_run, refusal
-
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException:
@@ -461,3 +476,23 @@ def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
         check_plugin(cfg, section, given)
     check_episode_size(cfg)
     return cfg
+
+
+def instantiate_checked(node: Any, field: str) -> Any:
+    """``hydra.utils.instantiate`` that re-raises our own errors unwrapped."""
+    try:
+        return instantiate(node)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        while cause is not None and not isinstance(cause, WorkloadError | ConfigError | ValueError):
+            cause = cause.__cause__
+        if isinstance(cause, WorkloadError | ConfigError):
+            raise cause from None
+        if cause is not None:
+            raise ConfigError(str(cause), field=field) from None
+        first = exc.__cause__  # e.g. a plug-in's constructor failing: name what it raised and where
+        if first is not None:
+            text = " ".join(str(first).split())[:200]
+            raise ConfigError(f"{str(exc).splitlines()[0]} {type(first).__name__}{': ' + text if text else ''} "
+                              f"(at {raised_site(first.__traceback__, None)})", field=field) from None
+        raise ConfigError(str(exc).splitlines()[0], field=field) from None
