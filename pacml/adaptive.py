@@ -545,11 +545,6 @@ class AdaptivePolicy:
             best-scoring rule). Near a boundary between rules the noisy condition estimate flips the
             pick from job to job, and blocking is path dependent: mixing ``min_feasible(4)`` and
             ``(6)`` jobs can block more than either rule alone.
-        critic: A deviation critic trained around this agent (:mod:`pacml.adaptive_critic`; file,
-            directory or shipped name): on clusters of its training size, the rule's degree is
-            replaced by a feasible one the critic predicts blocks more than ``critic_margin``
-            fewer jobs. ``None``: the rule's degree always.
-        critic_margin: Expected blocked jobs of that margin (``None``: the critic's recorded one).
         shadow_novelty: A condition is *familiar* while it is at most this far from the selector's
             training conditions (:meth:`SelectorWeights.novelty`, averaged over the episode's jobs
             so far); on familiar conditions ``shadow_familiar_z`` applies, on the others
@@ -605,7 +600,7 @@ class AdaptivePolicy:
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
                  shadow_z: float = 1.0, shadow_max_servers: int | None = None,
                  shadow_all_above_servers: int | None = None,
-                 selector_margin: float = 0.0, critic: str | Path | None = None, critic_margin: float | None = None,
+                 selector_margin: float = 0.0,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
                  shadow_novel_margin: int | None = None,
                  shadow_warmup_scales: bool = False,
@@ -618,11 +613,11 @@ class AdaptivePolicy:
         from simulator.errors import ConfigError
 
         if weights is None:
-            from pacml.policy import resolve_checkpoint
+            from pacml.policy import _resolve
 
             if checkpoint is None:
                 raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
-            weights, self.meta = load_adaptive(resolve_checkpoint(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
+            weights, self.meta = load_adaptive(_resolve(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
         else:
             self.meta = {}
         for name, value, low in (("shadow_rules", shadow_rules, 0), ("shadow_warmup", shadow_warmup, 0),
@@ -722,26 +717,6 @@ class AdaptivePolicy:
             spread = weights.reference.std(axis=0)
             self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)
                                        for name in condition_critics]
-        self._critic: Any = None
-        self._critic_servers = 0
-        if critic is not None:
-            from pacml.critic import load_critic
-
-            self._critic, critic_meta = load_critic(critic)
-            if critic_meta.get("kind") != "adaptive":
-                raise ConfigError(f"{critic} is a per-beta critic (policy=pacml_critic), not the adaptive agent's",
-                                  field="policy.critic")
-            self._critic_servers = int(critic_meta["num_servers"])
-            if critic_margin is None:
-                critic_margin = critic_meta.get("margin_jobs")
-        if critic_margin is None:
-            critic_margin = 0.0
-        if not _finite_nonneg(critic_margin):
-            raise ConfigError(f"must be a finite number >= 0 or null, got {critic_margin!r}",
-                              field="policy.critic_margin")
-        self.critic_margin = float(critic_margin)
-        #: Decisions the critic changed in the current episode.
-        self.critic_changed = 0
         #: The rule the last decision followed, and the condition features it was picked from.
         self.last_rule: Rule | None = None
         self.last_condition: NDArray[np.float32] | None = None
@@ -760,23 +735,21 @@ class AdaptivePolicy:
         """Preflight (``simulator.build.check_buildable``): the checkpoint and critic files exist and every
         plain setting passes ``__init__``'s checks, without reading the arrays or importing torch for
         the critics, so a bad value fails in a second."""
-        from pacml.policy import resolve_checkpoint
+        from pacml.policy import _resolve
         from simulator.errors import ConfigError
 
         args = {k: v for k, v in node.items() if not k.startswith("_")}
         if args.get("checkpoint") is not None:
-            resolve_checkpoint(args["checkpoint"], "adaptive.npz", "adaptive", "policy.checkpoint")
-        if args.get("critic") is not None:
-            resolve_checkpoint(args["critic"], "critic.pt", "critic", "policy.critic")
+            _resolve(args["checkpoint"], "adaptive.npz", "adaptive", "policy.checkpoint")
         names = args.get("condition_critics")
         if names is not None and (isinstance(names, str) or not all(isinstance(c, str) for c in names)):
             raise ConfigError(f"must be a list of critic names or paths, got {names!r}",
                               field="policy.condition_critics")
         for name in names or ():
-            resolve_checkpoint(name, "critic.pt", "critic", "policy.condition_critics")
+            _resolve(name, "critic.pt", "critic", "policy.condition_critics")
         stand_in = SelectorWeights([], np.zeros((1, CONDITION_FEATURES), dtype=np.float32))
         cls(**{**args, "checkpoint": args.get("checkpoint") or "checkpoint", "weights": stand_in,
-               "critic": None, "condition_critics": None})
+               "condition_critics": None})
 
     def reset(self, seed: int | None = None) -> None:
         """A new episode: forget the arrivals seen and the shadows."""
@@ -788,7 +761,6 @@ class AdaptivePolicy:
         self.condition_critic_changed = 0
         self.condition_critic_seen = 0
         self.chosen = []
-        self.critic_changed = 0
         self.last_rule = None
         self.last_condition = None
         self.shadows = []
@@ -904,8 +876,6 @@ class AdaptivePolicy:
             # para_max's paper mask counts free servers only: its degree may not fit or meet the target.
             degree = max((d for d in state.feasibility.degrees if d < degree and self._placeable(state.feasibility, d)),
                          default=degree)
-        if self._critic is not None and state.topology.num_servers == self._critic_servers:
-            degree = self._critique(job, state, rule, degree)
         if self._condition_critics and self.tracker.full:
             assert self.last_condition is not None
             log_seq_s = self.tracker.log_mean_sequential_s()
@@ -923,35 +893,6 @@ class AdaptivePolicy:
         """Whether the job is accepted at ``degree`` as this agent places it."""
         return table.feasible(degree) or (self.block_search > 0
                                           and first_feasible_block(table, degree, self.block_search) is not None)
-
-    def _critique(self, job: JobSpec, state: ClusterState, rule: Rule, degree: int) -> int:
-        """``degree``, or the feasible degree the critic predicts blocks more than
-        ``critic_margin`` fewer jobs (:mod:`pacml.adaptive_critic`)."""
-        import torch
-
-        from pacml.adaptive_critic import observation
-        from pacml.critic import critic_inputs
-
-        assert self.last_condition is not None and self._critic is not None
-        obs = observation(job, state, rule, self.last_condition, degree)
-        mask = obs["mask"]
-        if mask.sum() <= 1:
-            return degree
-        base = int(np.argmax(obs["actions"][:, -1]))
-        s, a = critic_inputs(obs["globals"][None], obs["actions"][None], obs["servers"][None], obs["take"][None])
-        with torch.no_grad():
-            pred = self._critic(torch.from_numpy(s), torch.from_numpy(a))[0].numpy().astype(np.float64)
-        # Never override to a rejection: rejecting blocks the job for sure and, on a validation
-        # condition with fixed targets the critic rarely saw, rejections it predicted to pay off
-        # cascaded (0.000 -> 0.420 blocking; BENCHMARKS.md §10).
-        allowed = mask.copy()
-        allowed[0] = False
-        pred = np.where(allowed, pred - pred[base], np.inf)
-        best = int(np.argmin(pred))
-        if best != base and pred[best] < -self.critic_margin:
-            self.critic_changed += 1
-            return best
-        return degree
 
 
 # ---------------------------------------------------------------------------- training conditions
