@@ -613,11 +613,11 @@ class AdaptivePolicy:
         from simulator.errors import ConfigError
 
         if weights is None:
-            from pacml.policy import _resolve
+            from pacml.policy import resolve_checkpoint
 
             if checkpoint is None:
                 raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
-            weights, self.meta = load_adaptive(_resolve(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
+            weights, self.meta = load_adaptive(resolve_checkpoint(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
         else:
             self.meta = {}
         for name, value, low in (("shadow_rules", shadow_rules, 0), ("shadow_warmup", shadow_warmup, 0),
@@ -735,18 +735,18 @@ class AdaptivePolicy:
         """Preflight (``simulator.build.check_buildable``): the checkpoint and critic files exist and every
         plain setting passes ``__init__``'s checks, without reading the arrays or importing torch for
         the critics, so a bad value fails in a second."""
-        from pacml.policy import _resolve
+        from pacml.policy import resolve_checkpoint
         from simulator.errors import ConfigError
 
         args = {k: v for k, v in node.items() if not k.startswith("_")}
         if args.get("checkpoint") is not None:
-            _resolve(args["checkpoint"], "adaptive.npz", "adaptive", "policy.checkpoint")
+            resolve_checkpoint(args["checkpoint"], "adaptive.npz", "adaptive", "policy.checkpoint")
         names = args.get("condition_critics")
         if names is not None and (isinstance(names, str) or not all(isinstance(c, str) for c in names)):
             raise ConfigError(f"must be a list of critic names or paths, got {names!r}",
                               field="policy.condition_critics")
         for name in names or ():
-            _resolve(name, "critic.pt", "critic", "policy.condition_critics")
+            resolve_checkpoint(name, "critic.pt", "critic", "policy.condition_critics")
         stand_in = SelectorWeights([], np.zeros((1, CONDITION_FEATURES), dtype=np.float32))
         cls(**{**args, "checkpoint": args.get("checkpoint") or "checkpoint", "weights": stand_in,
                "condition_critics": None})
