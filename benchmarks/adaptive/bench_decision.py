@@ -1,7 +1,7 @@
 """Decision latency of a degree agent from cold caches, with a breakdown, optionally on a busy host.
 
-The agent is the per-beta one (``policy=pacml_beta``) unless ``--adaptive CHECKPOINT`` names an
-adaptive agent (``policy=pacml``, the default agent since 2026-12-07).
+The agent is the per-beta one (``policy=pacml_beta``) unless ``--pacml [OVERRIDE ...]`` asks for the
+adaptive agent (``policy=pacml``, built as ``pacml sim`` builds it, with those policy overrides).
 
 Runs whole episodes and times every ``decide(job, state)`` call of a :class:`PacMLPolicy`. Each
 episode starts with a fresh simulation (cold placement, free-block, partition and lookahead
@@ -35,7 +35,7 @@ does not.
 
 Usage:
     python benchmarks/adaptive/bench_decision.py [--cluster ramp32|ramp512] [--beta C] [--interarrival S]
-        [--episodes 3] [--max-decisions N] [--no-freeze] [--busy] [--json PATH]
+        [--episodes 3] [--max-decisions N] [--no-freeze] [--busy] [--json PATH] [--pacml [OVERRIDE ...]]
 """
 
 from __future__ import annotations
@@ -120,17 +120,13 @@ def _warm_kernels(overrides: list[str]) -> None:
 
 
 def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None,
-            max_decisions: int | None = None, thaw: bool = False, adaptive: str | None = None,
-            shadow_rules: int = 0, critic: str | None = None, block_search: int = 0,
-            shadow_blocks: bool = False, pacml: list[str] | None = None) -> dict[str, Any]:
+            max_decisions: int | None = None, thaw: bool = False,
+            pacml: list[str] | None = None) -> dict[str, Any]:
     """Cold-cache latency of every decision of ``episodes`` episodes (seeds 0..episodes-1; at
     most ``max_decisions`` per episode; ``thaw``: without :func:`simulator.run.frozen_heap`;
-    ``adaptive``: time the adaptive agent of that checkpoint (``policy=pacml_adaptive``) instead:
-    its ``features`` are the condition features, its ``forward`` the selector's scores; with
-    ``shadow_rules`` shadow clusters, whose simulation is in the total and their queries in the parts;
-    ``critic``: with its deviation critic, in the total; ``shadow_blocks``: the shadows place
-    in blocks as the agent does; ``pacml``: time ``policy=pacml`` as ``pacml-sim`` builds it, with
-    these extra overrides, instead)."""
+    ``pacml``: time ``policy=pacml`` as ``pacml sim`` builds it, with these extra overrides,
+    instead: its ``features`` are the condition features, its ``forward`` the selector's scores,
+    and its shadow clusters' simulation is in the total)."""
     torch.set_num_threads(1)
     overrides = ["scenario=paper", f"beta={beta}", f"cluster={cluster}"]
     if interarrival_s is not None:
@@ -144,20 +140,13 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
     for seed in range(episodes):
         sim = build_simulation(cfg, seed=seed)  # fresh placement / free-block / lookahead caches
         feas = sim.feasibility
-        if pacml is not None:
+        adaptive = pacml is not None
+        if adaptive:
             from simulator.build import build_policy
 
             policy = build_policy(compose_sim_config([*overrides, "policy=pacml", *pacml]))
-            adaptive = "policy=pacml"
-        elif adaptive is None:
-            policy = _policy(cluster, beta, sim.topology.max_degree)  # fresh embedding cache
         else:
-            from pacml.adaptive import AdaptivePolicy
-
-            # An adaptive checkpoint with these settings, as measured before every rule was shadowed
-            # on big clusters (2026-12-07); --pacml times policy=pacml as it ships.
-            policy = AdaptivePolicy(adaptive, shadow_rules=shadow_rules, shadow_max_servers=256, critic=critic,
-                                    block_search=block_search, shadow_blocks=shadow_blocks)
+            policy = _policy(cluster, beta, sim.topology.max_degree)  # fresh embedding cache
         policy.reset(seed)
         timer = _Timer()
         placer, step_model = feas.placer, feas.step_model
@@ -165,7 +154,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         placer.num_free_blocks = timer.wrap("free_blocks", placer.num_free_blocks)
         placer.num_free_blocks_of = timer.wrap("free_blocks", placer.num_free_blocks_of)
         step_model.step = timer.wrap("lookahead", step_model.step)
-        if adaptive is None:
+        if not adaptive:
             policy.encoder.encode = timer.wrap("features", policy.encoder.encode)
             policy._probabilities = timer.wrap("forward", policy._probabilities)
         else:
@@ -183,7 +172,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
             decision = policy.decide(job, state)
             total.append(time.perf_counter() - t0)
             cpu.append(time.thread_time() - c0)
-            if adaptive is None:  # encode() includes the feasibility queries.
+            if not adaptive:  # encode() includes the feasibility queries.
                 feasibility_s = timer.parts["placement"] + timer.parts["lookahead"] + timer.parts["free_blocks"]
                 timer.parts["features"] -= feasibility_s
             for p in PARTS:
@@ -236,31 +225,18 @@ def main() -> None:
                         help="do not freeze the heap as pacml-sim does (full garbage collections visit every object)")
     parser.add_argument("--busy", action="store_true", help="keep the other core busy while measuring")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--adaptive", default=None,
-                        help="time the adaptive agent of this checkpoint (policy=pacml_adaptive) instead")
-    parser.add_argument("--shadow-rules", type=int, default=0,
-                        help="with --adaptive: shadow clusters for this many rules (policy.shadow_rules)")
-    parser.add_argument("--critic", default=None, help="with --adaptive: its deviation critic (policy.critic)")
-    parser.add_argument("--block-search", type=int, default=0,
-                        help="with --adaptive: place in the first feasible of this many free blocks (policy.block_search)")
     parser.add_argument("--pacml", nargs="*", default=None, metavar="OVERRIDE",
-                        help="time policy=pacml as pacml-sim builds it (with these policy overrides) instead")
-    parser.add_argument("--shadow-blocks", action="store_true",
-                        help="with --adaptive: the shadows place in blocks as the agent does (policy.shadow_blocks)")
+                        help="time policy=pacml as pacml sim builds it (with these policy overrides) instead")
     args = parser.parse_args()
     spinner = _busy_core() if args.busy else None
     load_before = os.getloadavg()[0]
     try:
         result = {"cluster": args.cluster, "busy": spinner is not None, "frozen_heap": not args.no_freeze,
                   "agent": (f"policy=pacml {' '.join(args.pacml)}".strip() if args.pacml is not None else
-                            f"adaptive {args.adaptive}, {args.shadow_rules} shadow rules, critic {args.critic}, "
-                            f"block search {args.block_search}, shadows in blocks {args.shadow_blocks}"
-                            if args.adaptive else
                             f"paper_beta{args.beta}" if args.cluster == "ramp32" else "untrained, every degree"),
                   "host": f"{platform.machine()} {os.cpu_count()} cores",
                   **measure(args.cluster, args.beta, args.episodes, args.interarrival, args.max_decisions,
-                          args.no_freeze, args.adaptive, args.shadow_rules, args.critic, args.block_search,
-                          args.shadow_blocks, args.pacml)}
+                          args.no_freeze, args.pacml)}
         # Other processes on the host (1-minute load average, the spinner included): wall times
         # above are for this load; CPU times (cpu_*) do not depend on it.
         result["load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
