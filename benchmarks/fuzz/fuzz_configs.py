@@ -882,7 +882,7 @@ def argparse_entry(command: str) -> Callable[[list[str]], None]:
 @functools.cache
 def known_keys(config_name: str = "sim") -> frozenset[str]:
     """Dotted keys of a command's default config (typos must not hit one)."""
-    from simulator.cli import HydraCommand, Composer, hydra_args
+    from simulator.cli import Composer, HydraCommand, hydra_args
     from simulator.config import flat_keys
 
     cmd = HydraCommand("fuzz", config_name)
