@@ -528,11 +528,7 @@ class AdaptivePolicy:
         shadow_warmup: Jobs decided before the shadows may overrule the selector.
         shadow_margin: Fewest blocked jobs by which a shadow must lead to be followed.
         shadow_z: Standard deviations by which it must lead (paired test).
-        shadow_max_servers: Clusters with more servers run the selector alone (``None``: no limit).
-            A shadow measures a rule from an empty cluster; on a big cluster the state the real
-            cluster has reached after the warm-up (fragmentation) decides, and that misleads.
-        shadow_all_above_servers: Clusters with more servers than this (and at most
-            ``shadow_max_servers``) shadow every rule they offer, and the warm-up grows with the
+        shadow_all_above_servers: Clusters with more servers than this shadow every rule they offer, and the warm-up grows with the
             cluster: ``shadow_warmup x servers / 32`` jobs (``None``: the selector's best shadows on
             every cluster, and the warm-up as ``shadow_warmup_scales`` says). At the paper's load per server a cluster N times the paper's 32 servers
             takes N times the arrivals to fill, and the selector's labels there come from training
@@ -598,7 +594,7 @@ class AdaptivePolicy:
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
                  shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
-                 shadow_z: float = 1.0, shadow_max_servers: int | None = None,
+                 shadow_z: float = 1.0,
                  shadow_all_above_servers: int | None = None,
                  selector_margin: float = 0.0,
                  shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
@@ -670,15 +666,10 @@ class AdaptivePolicy:
         self._picked: int | None = None
         if not _finite_nonneg(shadow_z):
             raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
-        for name, value in (("shadow_max_servers", shadow_max_servers),
-                            ("shadow_all_above_servers", shadow_all_above_servers)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"must be an integer >= 1 or null, got {value!r}", field=f"policy.{name}")
-        if (shadow_max_servers is not None and shadow_all_above_servers is not None
-                and shadow_max_servers <= shadow_all_above_servers):  # no cluster would ever shadow every rule
-            raise ConfigError(f"must be below policy.shadow_max_servers ({shadow_max_servers}) or null, got "
-                              f"{shadow_all_above_servers}", field="policy.shadow_all_above_servers")
-        self.shadow_max_servers = shadow_max_servers
+        if shadow_all_above_servers is not None and (not isinstance(shadow_all_above_servers, int) or isinstance(
+                shadow_all_above_servers, bool) or shadow_all_above_servers < 1):
+            raise ConfigError(f"must be an integer >= 1 or null, got {shadow_all_above_servers!r}",
+                              field="policy.shadow_all_above_servers")
         self.shadow_all_above_servers = shadow_all_above_servers
         for name, value in (("shadow_novelty", shadow_novelty), ("shadow_familiar_z", shadow_familiar_z)):
             if value is not None and not _finite_nonneg(value):
@@ -840,8 +831,7 @@ class AdaptivePolicy:
         """The degree the followed rule gives the job (0 rejects)."""
         rules, scores = self._scores(job, state)
         rule = rules[self._pick(scores)]
-        if self.shadow_rules and (self.shadow_max_servers is None
-                                  or state.topology.num_servers <= self.shadow_max_servers):
+        if self.shadow_rules:
             if not self.shadows:
                 servers = state.topology.num_servers
                 big = self.shadow_all_above_servers is not None and servers > self.shadow_all_above_servers

@@ -306,10 +306,6 @@ def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None
     two = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2)
     _run(two, cfg)
     assert len(two.shadows) == 2 and two.shadows[0].rule.label == "para_max(16)"
-    # A cluster bigger than shadow_max_servers: the selector alone, decision for decision.
-    gated = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8,
-                           shadow_max_servers=topo.num_servers - 1)
-    assert _run(gated, cfg) == (para_max, para_max_degrees) and not gated.shadows
 
 
 def test_big_clusters_shadow_every_rule_with_a_warmup_that_grows_with_the_cluster() -> None:
@@ -443,17 +439,13 @@ def test_novelty_is_the_scaled_distance_to_the_nearest_training_condition(tmp_pa
 
 def test_shadow_options_are_checked() -> None:
     for key, bad in (("shadow_rules", -1), ("shadow_rules", 1.5), ("shadow_warmup", -1), ("shadow_margin", -2),
-                     ("shadow_z", float("nan")), ("shadow_max_servers", 0), ("shadow_max_servers", True),
+                     ("shadow_z", float("nan")),
                      ("shadow_all_above_servers", 0), ("shadow_all_above_servers", 2.5),
                      ("shadow_novelty", -1.0),
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
                      ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no")):
         with pytest.raises(ConfigError, match=key):
             AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
-    # Every-rule shadows above a threshold at or beyond the size limit of shadowing would never apply.
-    with pytest.raises(ConfigError, match="shadow_all_above_servers.*below policy.shadow_max_servers"):
-        AdaptivePolicy(weights=SelectorWeights([]), shadow_max_servers=256, shadow_all_above_servers=256)
-    AdaptivePolicy(weights=SelectorWeights([]), shadow_max_servers=512, shadow_all_above_servers=256)
 
 
 def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_old_draws() -> None:
@@ -925,7 +917,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     # The selector's best 8 rules shadowed on the paper cluster; every rule above
     # policy.shadow_all_above_servers (256); the warm-up scaled by servers / 32 on every cluster.
     big = topo.num_servers > policy.shadow_all_above_servers
-    assert policy.shadow_max_servers is None and big == (cluster != "ramp32") and policy.shadow_warmup_scales
+    assert big == (cluster != "ramp32") and policy.shadow_warmup_scales
     assert len(policy.shadows) == (len(rule_candidates(topo)) if big else min(8, len(rule_candidates(topo))))
     assert policy.warmup_jobs == policy.shadow_warmup * topo.num_servers // 32
     assert all(s.decided == len(policy.chosen) for s in policy.shadows)
