@@ -1,6 +1,6 @@
 """Regenerate workloads/data/placement_corpus/: the torch.fx exports of the op placer's corpus.
 
-Every model of ``pacml.placer_models.MODELS`` is traced on the meta device with deterministic
+Every model of ``pacml.placer.fx.corpus_models.MODELS`` is traced on the meta device with deterministic
 roofline costs and written as a pacml JSON version-2 file (its training step: forward ops and their
 backward mirrors) under the directory of its split: ``train/`` (pre-training), ``unseen/`` (the
 "graphs nobody here has" check) and ``scale/`` (the 10,000+ op scale test graph, gzip-compressed
@@ -18,7 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
-from pacml.placer_models import MODELS, export_graph
+from pacml.placer.fx.corpus_models import MODELS, export_graph
 from workloads.io import atomic_write
 from workloads.json_format import compute_graph_to_json, write_compute_graph
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pacml.fx_import import (
+from pacml.placer.fx.importer import (
     A100_FP32_FLOPS,
     A100_MEMORY_BANDWIDTH_BPS,
     graph_from_module,
@@ -328,7 +328,7 @@ def test_untraceable_torch_module_falls_back_to_one_op(caplog: pytest.LogCapture
         def forward(self, x: Tensor) -> Tensor:
             return self.head(self.lstm(x)[0])
 
-    with caplog.at_level("WARNING", logger="pacml.fx_import"):
+    with caplog.at_level("WARNING", logger="pacml.placer.fx.importer"):
         graph = graph_from_module(Recurrent(), torch.randn(5, 3, 8), name="rnn")
     assert graph.op_ids == ("x", "lstm", "getitem", "head")
     assert graph.labels[1] == "LSTM(lstm)"
@@ -343,14 +343,14 @@ def test_one_warning_lists_ops_without_flops(caplog: pytest.LogCaptureFixture) -
             z = torch.cumsum(y, dim=0)  # another one
             return (z.view(-1) + 1).relu()  # view: data movement; add, relu: rules
 
-    with caplog.at_level("WARNING", logger="pacml.fx_import"):
+    with caplog.at_level("WARNING", logger="pacml.placer.fx.importer"):
         graph_from_module(Mixed(), torch.randn(4, 4), name="mixed")
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
     assert "'mixed'" in warnings[0] and "2 op(s)" in warnings[0]
     assert "einsum" in warnings[0] and "cumsum" in warnings[0] and "view" not in warnings[0]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="pacml.fx_import"):
+    with caplog.at_level("WARNING", logger="pacml.placer.fx.importer"):
         _tiny_graph()  # every TinyNet op has a rule or only moves data
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 

@@ -528,7 +528,7 @@ def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
     """Bring-your-own-graph: a graph in the pacml JSON format (here an fx import of a small
     PyTorch model, rescaled to the paper's job sizes, beside a converted PipeDream graph) runs
     under a shipped agent that never saw it."""
-    from pacml.fx_import import graph_from_module
+    from pacml.placer.fx.importer import graph_from_module
     from workloads.json_format import write_json_graph
     from workloads.loaders import load_graph_set
 

@@ -59,7 +59,7 @@ MIN_ACTIVATION_BYTES = 1e4
 MAX_ACTIVATION_BYTES = 1e8
 #: Backward time per forward time (gradients w.r.t. inputs and weights: about one forward each).
 BACKWARD_FACTOR = 2.0
-#: Roofline of the reference device (A100 fp32, as ``pacml.fx_import``'s defaults).
+#: Roofline of the reference device (A100 fp32, as ``pacml.placer.fx.importer``'s defaults).
 DEVICE_FLOPS = 19.5e12
 MEMORY_BANDWIDTH_BPS = 1.555e12
 FAMILIES = ("layered", "chain", "towers", "transformer")

@@ -4,10 +4,10 @@ PRE-REGISTRATION (written and committed before any learned placer ran on these g
 measurement is run once, as below, and reported whatever it gives):
 
 Graphs (``benchmarks/place/heldout_placer_graphs.py`` writes them; ``benchmarks/data/placer_heldout/``):
-  four model classes written for this check and never in ``pacml.placer_models`` (the corpus):
+  four model classes written for this check and never in ``pacml.placer.fx.corpus_models`` (the corpus):
   ``ho_unet_d3`` (U-Net, skip joins), ``ho_wide_inception_c3`` (six branches per cell + residual),
   ``ho_partransformer_l3_d512_h2`` (parallel attention + MLP blocks, pre-norm),
-  ``ho_moe_l3_e3`` (router + three expert branches per layer), traced by ``pacml.fx_import``
+  ``ho_moe_l3_e3`` (router + three expert branches per layer), traced by ``pacml.placer.fx.importer``
   (A100 roofline costs, as the corpus). Neither placer trained or validated on them: both train
   and validate on ``workloads.placement_corpus``'s ``train`` split only (validation tasks are
   drawn from the training tasks, ``pacml/placer/trainer.py``), and this script refuses to run if

@@ -1,14 +1,14 @@
 """Held-out graphs for the learned op placers (issue 43, item 3): new torch.fx exports and their
 dnn-partitioning forms, none of which any placer trained, validated or was developed on.
 
-Four model classes written for this check only (not in ``pacml.placer_models``, whose models make
+Four model classes written for this check only (not in ``pacml.placer.fx.corpus_models``, whose models make
 the pre-training corpus): a U-Net (encoder-decoder with skip joins), a wide Inception-style net
 (six branches per cell), a parallel-block transformer (attention and MLP side by side, GPT-J style,
 pre-norm, depth and width unlike the corpus transformers) and a mixture-of-experts MLP (a router and
 three expert branches per layer). Branching is bounded (2 heads, 3 experts) so that the dynamic
 programme of ``method=dp`` stays exact on every dnn-partitioning form (4 heads or 6 experts pass
 200,000 ideals; screened with the DP alone, before any placer ran on them). Each is traced by the project's fx import
-(:func:`pacml.fx_import.graph_from_module`, ``costs="estimate"``: the A100 fp32 roofline of the
+(:func:`pacml.placer.fx.importer.graph_from_module`, ``costs="estimate"``: the A100 fp32 roofline of the
 corpus) and turned into its training step by ``ComputeGraph.from_training_graph``.
 
 Two forms are written under ``benchmarks/data/placer_heldout/`` (byte-identical on every run):
@@ -203,7 +203,7 @@ def export(spec: HeldOutSpec) -> ComputeGraph:
     """Trace one held-out model on the meta device (roofline costs); its training step."""
     import torch
 
-    from pacml.fx_import import graph_from_module
+    from pacml.placer.fx.importer import graph_from_module
     from workloads.graph import TrainingGraph
 
     with torch.device("meta"):

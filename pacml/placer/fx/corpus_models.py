@@ -1,7 +1,7 @@
 """PyTorch models whose torch.fx graphs join the op placer's pre-training corpus.
 
 Each entry of :data:`MODELS` builds a model and its example inputs; :func:`export_graph` traces it
-with :func:`pacml.fx_import.graph_from_module` and deterministic roofline costs (``"estimate"``: A100
+with :func:`pacml.placer.fx.importer.graph_from_module` and deterministic roofline costs (``"estimate"``: A100
 fp32 FLOP/s and bandwidth; never wall-clock timing, so every machine exports the same numbers) and
 returns the training step as a :class:`~workloads.compute_graph.ComputeGraph`.
 ``scripts/export_placement_corpus.py`` writes them to ``workloads/data/placement_corpus/`` so that
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pacml.fx_import import graph_from_module
+from pacml.placer.fx.importer import graph_from_module
 from workloads.compute_graph import ComputeGraph
 from workloads.graph import TrainingGraph
 

@@ -296,7 +296,7 @@ def save_module_graph(
     """
     graph = graph_from_module(module, example_inputs, **kwargs)
     return write_json_graph(graph, path, notes=f"built from {type(module).__qualname__} by "
-                                               f"pacml.fx_import (costs={kwargs.get('costs', 'estimate')})")
+                                               f"pacml.placer.fx.importer (costs={kwargs.get('costs', 'estimate')})")
 
 
 # --- tracing and structure -------------------------------------------------------------
