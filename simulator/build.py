@@ -13,13 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from simulator.block_placement import build_block_op_placer
+from simulator.allocation.first_fit import OpPlacer
+from simulator.allocation.op_placer import build_block_op_placer
 from simulator.comm import RampCommModel
 from simulator.config import MAX_TIME_SCALE, import_target, instantiate_checked
 from simulator.errors import ConfigError
 from simulator.feasibility import DEFAULT_HETERO_BLOCK_SEARCH, Feasibility
 from simulator.partition import Partitioner
-from simulator.placement import OpPlacer
 from simulator.records import RecordSink
 from simulator.simulation import Simulation
 from simulator.step_model import StepModel
@@ -35,11 +35,11 @@ class SimKnobs:
     Attributes:
         min_op_time_s: SiP-ML quantum: ops are not split into sub-ops shorter than this.
         edge_sizing: ``paper`` or ``activation`` (see ``simulator.partition.EdgeSizing``).
-        placement: ``op_first_fit`` (paper) or ``block`` (see ``simulator.placement``).
+        placement: ``op_first_fit`` (paper) or ``block`` (see ``simulator.allocation.first_fit``).
         comm_quirks: Keep the original's collective-model quirks (§15.2, §15.3).
         op_placer: With ``placement=block``, which servers of the job's block each op uses:
             ``first_fit`` (the chaining rule) or a ``conf/method/<name>.yaml`` placer (see
-            ``simulator.block_placement``).
+            ``simulator.allocation.op_placer``).
         split_ops: ``True``: the SiP-ML split rule (every op with compute split at least two
             ways). ``False``: no op is split, so the op placer decides which server of the
             job's block runs each op (model parallelism; needs ``placement=block``).

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from simulator.allocation.first_fit import Placement
 from simulator.feasibility import FeasibilityTable
-from simulator.placement import Placement
 from simulator.topology import RampTopology
 
 

@@ -36,8 +36,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.allocation.first_fit import OpPlacer, Placement
 from simulator.errors import ConfigError
-from simulator.placement import OpPlacer, Placement
 from simulator.step_model import StepModel, StepResult
 from simulator.topology import Block, RampTopology
 from workloads.graph import TrainingGraph
@@ -236,7 +236,7 @@ class Feasibility:
         """A key equal for free blocks in which a job times identically: the block's shape and the
         kinds of its servers in placement order (first fit inside a block is one placement per
         shape and kinds, shifted; an op placer's refinement is a function of that block-relative
-        placement and the kinds, its own cache key in ``simulator.block_placement``); ``None`` when
+        placement and the kinds, its own cache key in ``simulator.allocation.op_placer``); ``None`` when
         no block is searched (one kind)."""
         if self._kind_list is None:
             return None

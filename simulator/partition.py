@@ -8,7 +8,7 @@ messages pairwise.
 
 ``split_ops=False`` (``sim.split_ops=false``, the model-parallel scenario) splits no op: every
 op is one sub-op at every degree, so a job at degree ``k`` holds ``k`` servers and only *where*
-its ops run (an op placer, :mod:`simulator.block_placement`) can make it faster than on one server.
+its ops run (an op placer, :mod:`simulator.allocation.op_placer`) can make it faster than on one server.
 """
 
 from __future__ import annotations

@@ -39,10 +39,10 @@ from typing import Any, Literal
 
 import simpy
 
+from simulator.allocation.first_fit import Placement
 from simulator.cluster import Cluster, ClusterState
 from simulator.errors import ConfigError, InvalidDecision, raised_site
 from simulator.feasibility import Feasibility, FeasibilityTable
-from simulator.placement import Placement
 from simulator.policy import (
     PROTOCOL,
     Decision,

@@ -27,7 +27,7 @@ a renaming of servers (and of their groups, racks and in-rack indices) share one
 cluster of several GPU generations the signature also holds each server's kind, so blocks of
 different kinds never share an entry. The op placer (``sim.op_placer``) needs no place in the
 key: the key is the placement it produced, and equal signatures time equally whoever placed them
-(the placement caches, ``simulator.placement`` and ``simulator.block_placement``, do key on it).
+(the placement caches, ``simulator.allocation.first_fit`` and ``simulator.allocation.op_placer``, do key on it).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.allocation.first_fit import Placement
 from simulator.comm import RampCommModel
 from simulator.partition import AggregatePartition, PartitionedGraph, Partitioner
 from simulator.place.kernel import (
@@ -46,7 +47,6 @@ from simulator.place.kernel import (
     compact_levels,
     list_schedule_fast,
 )
-from simulator.placement import Placement
 from workloads.graph import TrainingGraph
 
 _FINISH, _RELEASE = 0, 1

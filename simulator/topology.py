@@ -351,7 +351,7 @@ class RampTopology:
 
         Materialises them all (cached on clusters of at most :attr:`MATERIALISE_MAX_SERVERS`
         servers): for tests and small clusters. The simulator searches free blocks with
-        :class:`simulator.free_blocks.FreeBlockIndex` instead; use :meth:`iter_blocks`,
+        :class:`simulator.allocation.free_blocks.FreeBlockIndex` instead; use :meth:`iter_blocks`,
         :meth:`num_blocks` or :meth:`find_block` on a big cluster.
         """
         found = self._blocks.get(n)

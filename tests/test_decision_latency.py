@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.allocation.first_fit import OpPlacer, Placement, _KeptBlocks, placement_signature
+from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.build import SimKnobs, build_feasibility
 from simulator.comm import RampCommModel
-from simulator.free_blocks import FreeBlockIndex
-from simulator.placement import OpPlacer, Placement, _KeptBlocks, placement_signature
 from simulator.topology import RampTopology
 from workloads.graph import TrainingGraph
 from workloads.loaders import load_graph_set

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.allocation.first_fit import OpPlacer, block_region
 from simulator.build import SimKnobs, build_feasibility
 from simulator.comm import RampCommModel
 from simulator.errors import ConfigError
 from simulator.partition import Partitioner, split_counts
-from simulator.placement import OpPlacer, block_region
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology
 from tests.conftest import PAPER_KNOBS, make_graph

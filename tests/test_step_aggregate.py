@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.allocation.first_fit import Placement
 from simulator.build import SimKnobs, build_feasibility
 from simulator.feasibility import FeasibilityTable
 from simulator.partition import Partitioner
 from simulator.place.kernel import repeated_sums
-from simulator.placement import Placement
 from simulator.topology import RampTopology
 from tests.conftest import make_graph
 from workloads.graph import TrainingGraph
@@ -208,8 +208,8 @@ def test_random_small_graphs(job: tuple[TrainingGraph, int, str, int]) -> None:
 
 def test_wide_split_on_the_largest_ramp() -> None:
     """A 128-way split job on 64 x 64 x 16 = 65,536 servers, symmetric and not."""
+    from simulator.allocation.first_fit import OpPlacer
     from simulator.comm import RampCommModel
-    from simulator.placement import OpPlacer
     from simulator.step_model import StepModel
 
     topo = RampTopology(64, 64, 16, max_degree=128)

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.allocation.first_fit import block_region
+from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.build import SimKnobs, build_feasibility
 from simulator.feasibility import Feasibility
-from simulator.free_blocks import FreeBlockIndex
-from simulator.placement import block_region
 from simulator.topology import Block, RampTopology
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec

@@ -14,7 +14,7 @@ reference kind's time divided by the device's speed (see
 not ``supportedOnFpga``).
 
 Terms: *op placement* maps each node to a device (this module and ``simulator.place``); *job
-placement* is which block of RAMP servers a job gets (``simulator.placement``).
+allocation* is which block of RAMP servers a job gets (``simulator.allocation``).
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from simulator.allocation.first_fit import OpPlacer, Placement
 from simulator.comm import RampCommModel
 from simulator.partition import Partitioner
-from simulator.placement import OpPlacer, Placement
 from simulator.step_model import StepModel
 from simulator.topology import RampTopology
 from workloads.graph import TrainingGraph

@@ -39,7 +39,7 @@ import json, resource, sys, time
 from pathlib import Path
 from hydra import compose, initialize_config_dir
 from simulator.build import build_policy, build_simulation
-from simulator.placement import OpPlacer
+from simulator.allocation.first_fit import OpPlacer
 from simulator.records import CsvStreamSink
 conf, out, overrides, memory_sink, cache = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
 if cache > 0:

@@ -1,6 +1,7 @@
-"""Op placers inside a job's RAMP block (``sim.placement=block``, ``sim.op_placer=<method>``).
+"""Op placers inside a job's allocated RAMP block (``sim.placement=block``, ``sim.op_placer=<method>``).
 
-With block job placement a job first takes the first-fit block of ``degree`` servers; an *op
+The bridge between job allocation (this package) and op placement (:mod:`simulator.place`).
+With block allocation a job first takes the first-fit block of ``degree`` servers; an *op
 placer* then decides which of those servers each op's sub-ops use. Any placer of
 ``conf/method/`` (``heft``, ``m_etf``, ``anneal``, ..., ``learned``) is used as it is, through
 the placement objects of ``simulator.place``, so there is one placement world:
@@ -37,7 +38,7 @@ constraint (a placer puts each group on one device independently), so:
 With ``sim.split_ops=false`` (``scenario=model_parallel``) no op is split, so at every degree
 above 1 every op is unsplit, hence free, and carries its whole compute: the placer decides the
 server of every op (GDP-style model parallelism), and the job holds its whole block either way
-(:meth:`simulator.placement.OpPlacer._hold_block`).
+(:meth:`simulator.allocation.first_fit.OpPlacer._hold_block`).
 
 A placement that still moves a fixed sub-op (a placer ignoring ``time_s``) has it put back; one
 that breaks a group or (after snapping) a server's memory is replaced by first fit. All three
@@ -62,13 +63,13 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from simulator.allocation.first_fit import Placement, placement_signature
+from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.config import instantiate_checked
 from simulator.errors import ConfigError, one_line
-from simulator.free_blocks import FreeBlockIndex
 from simulator.partition import Partitioner
 from simulator.place.devices import ramp_block_devices
 from simulator.place.objectives import StepObjective
-from simulator.placement import Placement, placement_signature
 from simulator.topology import RampTopology
 from workloads.compute_graph import ComputeGraph
 from workloads.graph import TrainingGraph
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 #: ``sim.op_placer`` value that keeps first fit (no op placer).
 FIRST_FIT = "first_fit"
 #: Where ``sim.op_placer=<name>`` is looked up.
-METHOD_DIR = Path(__file__).resolve().parents[1] / "conf" / "method"
+METHOD_DIR = Path(__file__).resolve().parents[2] / "conf" / "method"
 
 
 @dataclass(eq=False)

@@ -1,4 +1,8 @@
-"""Op placement on RAMP: first-fit symmetric blocks with parent chaining (spec §5.1).
+"""Job allocation on RAMP: first-fit symmetric blocks with parent chaining (spec §5.1).
+
+Which servers a job gets; in finding them, first fit also puts every sub-op on one of those
+servers (the simulator's own rule, kept bit for bit), which an op placer
+(:mod:`simulator.allocation.op_placer`) may then change inside the job's block.
 
 Forward ops are visited in topological order. A split op of ``n`` sub-ops first tries to
 *chain* onto a parent placed on exactly ``n`` servers (sub-op ``i`` on the parent's ``i``-th
@@ -23,7 +27,7 @@ holds its whole block (:meth:`OpPlacer._hold_block`), so a placer may spread its
 
 An explicit block from a policy (learned placement) restricts the job to that block in either mode.
 
-In ``block`` mode an *op placer* (``sim.op_placer``, :mod:`simulator.block_placement`) may then
+In ``block`` mode an *op placer* (``sim.op_placer``, :mod:`simulator.allocation.op_placer`) may then
 move the job's ops among the servers of its block; ``first_fit`` (no op placer) keeps the rule
 above. On a cluster of two GPU generations every memory test uses the server's own memory.
 """
@@ -38,13 +42,13 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.free_blocks import BlockList, FreeBlockIndex, Region
+from simulator.allocation.free_blocks import BlockList, FreeBlockIndex, Region
 from simulator.partition import Partitioner
 from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph, topological_order
 
 if TYPE_CHECKING:  # the op placer imports this module
-    from simulator.block_placement import BlockOpPlacer
+    from simulator.allocation.op_placer import BlockOpPlacer
 
 PlacementMode = Literal["op_first_fit", "block"]
 
@@ -171,7 +175,7 @@ class _FreeMemory(dict):
 
 
 class _KeptBlocks(Sequence[Block]):
-    """A :class:`~simulator.free_blocks.BlockList` whose blocks are kept once read, made only as far
+    """A :class:`~simulator.allocation.free_blocks.BlockList` whose blocks are kept once read, made only as far
     as they are read (a first-fit scan usually stops at the first block; making every free block of
     a degree 2 on 512 servers cost a decision ~1 ms)."""
 
@@ -253,7 +257,7 @@ class _BoundedCache(dict):
 class OpPlacer:
     """First-fit op placement.
 
-    Free blocks are searched on the occupancy grid (:class:`simulator.free_blocks.FreeBlockIndex`),
+    Free blocks are searched on the occupancy grid (:class:`simulator.allocation.free_blocks.FreeBlockIndex`),
     never by enumerating blocks. Under ``first_fit`` a job confined to a block (mode ``block``, or a
     block given by a policy) is placed once per (graph, degree, block shape) and shifted to the
     block (:class:`_Relative`): a job then costs one free-block search and a dict lookup. Other
@@ -268,7 +272,7 @@ class OpPlacer:
         partitioner: Gives the per-op split counts.
         mode: ``op_first_fit`` (paper) or ``block`` (see module docstring).
         op_placer: In ``block`` mode, moves the ops inside the job's block after first fit
-            (:class:`simulator.block_placement.BlockOpPlacer`); ``None``: first fit as it is.
+            (:class:`simulator.allocation.op_placer.BlockOpPlacer`); ``None``: first fit as it is.
     """
 
     MAX_CACHE_ENTRIES = 200_000
