@@ -29,7 +29,6 @@ from typing import Any, Literal
 import numpy as np
 
 from pacml.adaptive import (
-    CONDITION_FEATURES,
     WINDOW,
     NeighbourTable,
     SelectorWeights,
@@ -73,7 +72,6 @@ class AdaptiveTrainConfig:
     window: int = WINDOW
     label_horizon_s: float | None = None
     neighbours: int | None = None
-    tune_neighbours: bool = False
     block_search: int = 0
 
 
@@ -298,63 +296,6 @@ def neighbour_table(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> 
                                 cfg.neighbours)
 
 
-#: Groups of condition features (:meth:`pacml.adaptive.ConditionTracker.features`) whose
-#: nearest-neighbour distance weight :func:`tune_neighbour_weights` tunes together.
-FEATURE_GROUPS: dict[str, slice] = {"cluster": slice(0, 5), "load": slice(5, 6), "burstiness": slice(6, 7),
-                                    "targets": slice(7, 12), "mix": slice(12, 14), "window": slice(14, 16)}
-#: Factors tried on one group's weight per step of the coordinate search.
-WEIGHT_STEPS = (0.25, 0.5, 0.7, 1.4, 2.0, 3.0)
-
-
-def table_regret(table: NeighbourTable, results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> float:
-    """Mean regret of the lookup's pick over the condition samples of ``results`` (batched; the
-    same picks as the policy's one-at-a-time lookup). Conditions on clusters no training
-    condition had are left out (the policy's MLP decides there)."""
-    total, count = 0.0, 0
-    for r in results:
-        votes = table.regrets(np.asarray(r["conditions"], np.float32), np.asarray(r["rule_features"], np.float32))
-        if votes is None:
-            continue
-        mean = labels(r, cfg)
-        total += float((mean - mean.min())[np.argmin(votes, axis=1)].sum())
-        count += len(votes)
-    return total / count if count else math.nan
-
-
-def tune_neighbour_weights(table: NeighbourTable, val: list[dict[str, Any]], cfg: AdaptiveTrainConfig,
-                           deadline: float) -> tuple[NeighbourTable, dict[str, Any]]:
-    """Coordinate search of the lookup's per-feature-group distance weights on the held-out
-    conditions ``val``, two passes over :data:`FEATURE_GROUPS`, stopping at ``deadline``
-    (``time.monotonic``). A step is kept only if it lowers the regret by more than 1 %.
-
-    Why: the spread scaling gives each of the 16 features equal say, so the five target
-    statistics outvote the one load feature, and on the first jobs' partial-window estimates
-    the noisy statistics pick the neighbours. Returns the tuned table and a record of the search
-    (regret before and after; these are measured on the conditions tuned on, so optimistic)."""
-    from dataclasses import replace
-
-    weights = np.ones(CONDITION_FEATURES, np.float32) if table.weights is None else table.weights.copy()
-
-    def score(w: np.ndarray) -> float:
-        return table_regret(replace(table, weights=w.astype(np.float32)), val, cfg)
-
-    best = before = score(weights)
-    steps, stopped = 0, False
-    for cols, factor in [(cols, f) for _ in range(2) for cols in FEATURE_GROUPS.values() for f in WEIGHT_STEPS]:
-        if time.monotonic() >= deadline:
-            stopped = True
-            break
-        trial = weights.copy()
-        trial[cols] *= factor
-        got = score(trial)
-        steps += 1
-        if got < best * 0.99:
-            best, weights = got, trial
-    record = {"regret_before": before, "regret_after": best, "steps": steps, "stopped_at_deadline": stopped,
-              "weights": {name: float(weights[cols][0]) for name, cols in FEATURE_GROUPS.items()}}
-    return replace(table, weights=weights.astype(np.float32)), record
-
-
 def selector_regret(weights: SelectorWeights, results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> float:
     """Mean regret of the selector's pick over the condition samples of ``results`` (numpy, as the
     policy decides; the fit's own measure for the MLP)."""
@@ -414,11 +355,6 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
     weights.reference = reference_conditions(tr, cfg.seed)
     if cfg.neighbours is not None:
         weights.neighbours = neighbour_table(tr, cfg)
-        if cfg.tune_neighbours and val:
-            weights.neighbours, tuned = tune_neighbour_weights(weights.neighbours, val, cfg, start + budget)
-            log.info("lookup weights tuned on the validation conditions (%d steps): regret %.4f -> %.4f, %s",
-                     tuned["steps"], tuned["regret_before"], tuned["regret_after"], tuned["weights"])
-            stats = {**stats, "neighbour_weights": tuned}
         stats = {**stats, "val_regret_mlp": stats["val_regret"], "val_regret": selector_regret(weights, val, cfg)}
         log.info("nearest-neighbour selector (k=%d): validation regret %.4f (the MLP's: %.4f)", cfg.neighbours,
                  stats["val_regret"], stats["val_regret_mlp"])
@@ -441,6 +377,9 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
 # ---------------------------------------------------------------------------- the console command
 CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
+#: Retired settings and the value that turned them off: a saved run config (resume, refit) holding one
+#: at that value loads without it; at any other value it cannot be reproduced, so it is refused.
+RETIRED = {"tune_neighbours": False}
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
@@ -545,6 +484,10 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
                     OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)
     data = OmegaConf.to_container(cfg.adaptive, resolve=True)
     assert isinstance(data, dict)
+    for key, off in RETIRED.items():
+        if key in data and data.pop(key) != off:
+            raise ConfigError(f"was retired (measured no better); a run with it on cannot be continued by this "
+                              f"version, only with {key}={off}", field=f"adaptive.{key}")
     acfg = AdaptiveTrainConfig(**data)  # type: ignore[arg-type]
     atomic_write_text(out_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg, resolve=True))
     return train(acfg, out_dir, progress=bool(cfg.get("progress", True)), conditions_dir=conditions_dir)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -723,43 +722,6 @@ def test_neighbour_weights_decide_which_rows_are_nearest(tmp_path) -> None:
     np.testing.assert_allclose(back.neighbours.regrets(query, rules), [0.5, 0.0])
 
 
-def _noisy_results(n: int, rng: np.random.Generator) -> list[dict]:
-    """:func:`_synthetic_results` with unit noise on every condition feature (0.6 on the one that
-    decides, feature 5 of the load group): in 16 equally weighted dimensions the noise outvotes it."""
-    out = _synthetic_results(n, rng)
-    for r in out:
-        noise = rng.normal(size=r["conditions"].shape).astype(np.float32)
-        noise[:, 5] *= 0.6
-        r["conditions"] = r["conditions"] + noise
-    return out
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_tuned_neighbour_weights_find_the_feature_that_decides(seed: int) -> None:
-    from pacml.adaptive_train import FEATURE_GROUPS, table_regret, tune_neighbour_weights
-
-    rng = np.random.default_rng(seed)
-    train_set, val_set, test_set = _noisy_results(60, rng), _noisy_results(30, rng), _noisy_results(30, rng)
-    cfg = AdaptiveTrainConfig(neighbours=10)
-    table = neighbour_table(train_set, cfg)
-    tuned, record = tune_neighbour_weights(table, val_set, cfg, deadline=math.inf)
-    # Seeds 0-39: the load group's weight ended 1.5-25 times the other groups' mean (the search may
-    # raise it or lower the rest), and the regret on unseen conditions fell to 0.17-0.70 of the
-    # untuned lookup's.
-    weights = record["weights"]
-    assert weights["load"] >= 1.25 * np.mean([w for name, w in weights.items() if name != "load"])
-    assert record["regret_after"] < record["regret_before"]
-    assert record["regret_before"] == pytest.approx(table_regret(table, val_set, cfg))
-    assert table_regret(tuned, test_set, cfg) < 0.8 * table_regret(table, test_set, cfg)
-    assert tuned.weights is not None and set(record["weights"]) == set(FEATURE_GROUPS)
-    # The batched regret is the policy's one-at-a-time lookup.
-    assert table_regret(tuned, val_set, cfg) == pytest.approx(
-        selector_regret(SelectorWeights(_mlp(), None, tuned), val_set, cfg))
-    # Past the deadline nothing is tried and the weights stay as they were.
-    late, record = tune_neighbour_weights(table, val_set, cfg, deadline=0.0)
-    assert record["steps"] == 0 and np.all(late.weights == 1.0)
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_neighbour_selector_learns_which_rule_a_condition_needs(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -823,13 +785,12 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     again.pop("hydra")
     again.progress = False
     again.refit = str(source)
-    again.adaptive.update({"hidden": 4, "minibatch_rows": 8, "neighbours": 5, "tune_neighbours": True})
+    again.adaptive.update({"hidden": 4, "minibatch_rows": 8, "neighbours": 5})
     summary = train_from_config(again, refit, ["refit=x", "adaptive.hidden=4", "adaptive.minibatch_rows=8",
-                                               "adaptive.neighbours=5", "adaptive.tune_neighbours=true"])
+                                               "adaptive.neighbours=5"])
     assert summary["conditions"] == 3 and summary["refit_of"] == str(source)
     table = load_adaptive(refit / "adaptive.npz")[0].neighbours  # the lookup, fitted on the source's search
     assert table is not None and table.k == 5 and len(table.regret) == 2  # the 2 training conditions
-    assert table.weights is not None and summary["neighbour_weights"]["steps"] > 0  # tuned on the 1 held out
     assert summary["val_regret"] >= 0.0 and summary["val_regret_mlp"] >= 0.0
     assert not (refit / "conditions").exists()  # nothing simulated
     assert {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()} == stamp
@@ -845,6 +806,17 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     train_from_config(resume, refit, [f"resume={refit}"])
     saved = OmegaConf.load(refit / "train_config.yaml")
     assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows, saved.refit) == (4, 8, str(source))
+    # A run saved with a retired setting resumes without it at the value that turned it off, and not
+    # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds tune_neighbours: false).
+    for key, off, on in (("tune_neighbours", False, True),):
+        saved.adaptive[key] = off
+        OmegaConf.save(saved, refit / "train_config.yaml")
+        train_from_config(resume, refit, [f"resume={refit}"])
+        saved.adaptive[key] = on
+        OmegaConf.save(saved, refit / "train_config.yaml")
+        with pytest.raises(ConfigError, match=f"adaptive.{key}.*retired"):
+            train_from_config(resume, refit, [f"resume={refit}"])
+        saved.adaptive.pop(key)
     assert load_adaptive(refit / "adaptive.npz")[0].layers[0][0].shape[0] == 4
     weights, _ = load_adaptive(refit / "adaptive.npz")
     assert weights.layers[0][0].shape[0] == 4  # the refit's own network
