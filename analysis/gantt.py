@@ -1,6 +1,6 @@
 """Gantt charts of one op placement, drawn from plain data (no simulator import).
 
-``pacml-place`` calls :func:`plot_step_gantt` for the ``step`` and ``latency`` objectives (one
+``pacml place`` calls :func:`plot_step_gantt` for the ``step`` and ``latency`` objectives (one
 lane per device: its ops over one step, forward and backward in two colours, and every transfer
 between devices as a thin bar under the sender's lane with an arrow to the receiver) and
 :func:`plot_pipeline_loads` for ``pipeline`` (the max-load model has no timeline: one bar per

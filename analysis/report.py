@@ -1,4 +1,4 @@
-"""``pacml-report SWEEP_DIR [--out DIR]``: tables, figures and a Markdown/HTML report of a sweep.
+"""``pacml report SWEEP_DIR [--out DIR]``: tables, figures and a Markdown/HTML report of a sweep.
 
 Writes into ``DIR`` (default ``SWEEP_DIR/report``): ``report.md``, ``report.html``,
 ``figures/*.png|svg`` and ``tables/*.csv``, then prints the path of ``report.md``. Bad input
@@ -220,9 +220,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point (``pacml-report``)."""
+    """Console entry point (``pacml report``)."""
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path, help="sweep (or run) directory written by pacml-sim or pacml-place")
+    parser.add_argument("sweep_dir", type=Path, help="sweep (or run) directory written by pacml sim or pacml place")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: SWEEP_DIR/report)")
     args = parser.parse_args(argv)
@@ -478,7 +478,7 @@ def _html(text: str) -> str:
             f"</title><style>{style}</style></head><body>\n{body}\n</body></html>\n")
 
 
-# ------------------------------------------------------------------ placement sweeps (pacml-place)
+# ------------------------------------------------------------------ placement sweeps (pacml place)
 PLACEMENT_KEYS = ["graph", "devices_choice", "objective"]
 """A placement problem: methods are compared within one (graph, device set, objective)."""
 
@@ -553,10 +553,10 @@ def plot_placement_speedups(table: pd.DataFrame) -> Figure:
 
 
 def build_placement_report(sweep: Path, out_dir: str | Path | None = None) -> Path:
-    """The report of a ``pacml-place`` sweep (see :func:`build_report`); returns ``report.md``'s path."""
+    """The report of a ``pacml place`` sweep (see :func:`build_report`); returns ``report.md``'s path."""
     runs = load_placement_sweep(sweep)
     if runs.empty:
-        raise ReportError(f"no finished pacml-place runs (summary.json) under {sweep}")
+        raise ReportError(f"no finished pacml place runs (summary.json) under {sweep}")
     out = Path(out_dir) if out_dir is not None else sweep / "report"
     table = placement_table(runs)
     atomic_write_text(out / "tables" / "placements.csv", runs.to_csv(index=False))

@@ -1,4 +1,4 @@
-"""Load what ``pacml-sim`` wrote: one row per run from ``summary.json``, one row per job from ``jobs.csv``.
+"""Load what ``pacml sim`` wrote: one row per run from ``summary.json``, one row per job from ``jobs.csv``.
 
 A run directory is one holding ``summary.json`` or Hydra's ``.hydra/config.yaml``. Only those
 files are read; nothing here imports the simulator. Both files are checked as they are read (a
@@ -87,7 +87,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def _check_summary(summary: Any) -> None:
-    """Raise ``ValueError`` unless ``summary`` looks like a ``summary.json`` pacml-sim writes:
+    """Raise ``ValueError`` unless ``summary`` looks like a ``summary.json`` pacml sim writes:
     a JSON object whose counts, rates, times and means are numbers, with object-valued
     ``config`` / ``blocked_by_reason`` and scalar config columns."""
     if not isinstance(summary, dict):
@@ -320,7 +320,7 @@ def job_server_names(cell: str) -> list[str]:
 def load_jobs(run_dir: str | Path, expected_jobs: int | None = None) -> pd.DataFrame:
     """One run's ``jobs.csv`` (one row per job; empty strings for no block reason or servers).
 
-    Rows are in job-id order as ``pacml-sim`` writes them (nothing here depends on it). The
+    Rows are in job-id order as ``pacml sim`` writes them (nothing here depends on it). The
     ``servers`` cell is kept as written; :func:`job_server_names` expands it.
 
     Args:
@@ -486,7 +486,7 @@ PLACEMENT_COLUMNS = ("graph", "devices_choice", "objective", "method", "seed")
 
 
 def is_placement_run(run_dir: str | Path) -> bool:
-    """Whether ``run_dir`` holds a ``summary.json`` written by ``pacml-place``."""
+    """Whether ``run_dir`` holds a ``summary.json`` written by ``pacml place``."""
     try:
         summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -495,7 +495,7 @@ def is_placement_run(run_dir: str | Path) -> bool:
 
 
 def load_placement_sweep(sweep_dir: str | Path) -> pd.DataFrame:
-    """One row per finished ``pacml-place`` run under ``sweep_dir``.
+    """One row per finished ``pacml place`` run under ``sweep_dir``.
 
     Columns: ``run_dir``, :data:`PLACEMENT_COLUMNS` (``devices_choice`` is the preset name, e.g.
     ``gpu4``), ``devices`` (the set described), ``value_s``, ``value_ms``, ``feasible``,
@@ -517,7 +517,7 @@ def load_placement_sweep(sweep_dir: str | Path) -> pd.DataFrame:
         try:
             rows.append(_placement_row(run, summary))
         except (KeyError, TypeError, ValueError) as exc:
-            log.warning("skipping %s: summary.json is not a pacml-place summary (%s)", run, _one_line(exc))
+            log.warning("skipping %s: summary.json is not a pacml place summary (%s)", run, _one_line(exc))
     columns = ["run_dir", *PLACEMENT_COLUMNS, "graph_name", "devices", "value_s", "value_ms", "feasible", "reason",
                "single_device", "single_device_value_s", "speedup_vs_single", "method_wall_s", "evaluations", "gantt"]
     if not rows:

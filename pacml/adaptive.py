@@ -432,7 +432,7 @@ def load_adaptive(path: str | Path) -> tuple[SelectorWeights, dict[str, Any]]:
     inputs = layers[0][0].shape[1] if layers else 0
     if inputs != CONDITION_FEATURES + RULE_FEATURES:
         raise ConfigError(f"{path} takes {inputs} input features, this version computes "
-                          f"{CONDITION_FEATURES + RULE_FEATURES}: retrain it (pacml-train-adaptive)",
+                          f"{CONDITION_FEATURES + RULE_FEATURES}: retrain it (pacml train-adaptive)",
                           field="policy.checkpoint")
     if neighbours is not None and not _table_ok(neighbours):
         raise ConfigError(f"{path}: its nearest-neighbour table is inconsistent (nn_* arrays)",
@@ -582,7 +582,7 @@ class AdaptivePolicy:
             the jobs before it take each job's own pick. The first job's condition has no arrival
             rate at all, so its pick follows that one job's target; a few arrivals later the
             estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
-        condition_critics: Per-beta deviation critics (``pacml-distill``; names or paths), each
+        condition_critics: Per-beta deviation critics (``pacml distill``; names or paths), each
             applied only where the observed condition is its training condition
             (:class:`pacml.critic.ConditionCritic`): the first that applies may change the rule's
             degree. ``None``: none.
@@ -986,7 +986,7 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
 
 class ClusterConditions:
     """Random training conditions of :func:`sample_condition` on one cluster shape: the condition
-    sampler of a PPO run over conditions (``pacml-train ppo.random_conditions=true``, the issue's
+    sampler of a PPO run over conditions (``pacml train ppo.random_conditions=true``, the issue's
     "PPO from scratch" ablation). The draws of :func:`sample_condition` on other clusters are
     rejected, so the conditions follow the adaptive agent's training distribution given the
     cluster: loads 0.25x-4x, fixed and Poisson arrivals, beta A-D, uniform and fixed targets, and

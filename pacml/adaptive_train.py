@@ -1,4 +1,4 @@
-"""Training the adaptive agent (``pacml-train-adaptive``): teacher search, then the selector fit.
+"""Training the adaptive agent (``pacml train-adaptive``): teacher search, then the selector fit.
 
 1. **Teacher search**: ``num_conditions`` random conditions (:func:`pacml.adaptive.sample_condition`:
    beta A-D, uniform and fixed targets; 0.25x-4x the paper's load per server; fixed and Poisson
@@ -48,7 +48,7 @@ REFERENCE_ROWS = 4096
 
 @dataclass
 class AdaptiveTrainConfig:
-    """Knobs of ``pacml-train-adaptive`` (``conf/train_adaptive.yaml``)."""
+    """Knobs of ``pacml train-adaptive`` (``conf/train_adaptive.yaml``)."""
 
     num_conditions: int = 3000
     seeds_per_condition: int = 2
@@ -407,7 +407,7 @@ _register_resolvers()
 
 
 def command() -> Any:
-    """What ``pacml-train-adaptive``'s config holds, for the one check before any work."""
+    """What ``pacml train-adaptive``'s config holds, for the one check before any work."""
     from simulator.cli import HydraCommand, override_keys
     from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
 
@@ -433,13 +433,13 @@ def command() -> Any:
             from simulator.errors import ConfigError
 
             if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
-                raise ConfigError(f"no pacml-train-adaptive run at {cfg.resume} (no {CONFIG_FILE})", field="resume")
+                raise ConfigError(f"no pacml train-adaptive run at {cfg.resume} (no {CONFIG_FILE})", field="resume")
             if cfg.get("refit"):
                 if cfg.get("resume"):
                     raise ConfigError("resume and refit exclude each other (a refit writes a new run)", field="refit")
                 source = Path(str(cfg.refit))
                 if not (source / CONFIG_FILE).is_file() or not any((source / "conditions").glob("*.npz")):
-                    raise ConfigError(f"no pacml-train-adaptive teacher search at {cfg.refit} (no {CONFIG_FILE} "
+                    raise ConfigError(f"no pacml train-adaptive teacher search at {cfg.refit} (no {CONFIG_FILE} "
                                       "or no conditions/*.npz)", field="refit")
                 for key in override_keys(overrides):
                     if key.startswith("adaptive.") and key.split(".", 1)[1] in SEARCH_KEYS:
@@ -494,7 +494,7 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
 
 
 def main() -> None:
-    """Console entry point (``pacml-train-adaptive``)."""
+    """Console entry point (``pacml train-adaptive``)."""
     import sys
 
     import hydra

@@ -1,6 +1,6 @@
 """The condition grid every adaptive-agent claim is measured on (issue 13; ``benchmarks/adaptive/bench_conditions.py``).
 
-A :class:`Condition` is a named list of ``pacml-sim`` Hydra overrides (composed with
+A :class:`Condition` is a named list of ``pacml sim`` Hydra overrides (composed with
 :func:`pacml.env.compose_sim_config`). :data:`GRID` holds the paper scenario at three loads per
 beta plus the conditions where the best rule changes (unseen graphs, Poisson and trace arrivals,
 64- and 512-server clusters, the physical scenario). Each is run on :data:`EVAL_SEEDS`, ten seeds
@@ -60,7 +60,7 @@ class Condition:
 
     Attributes:
         name: Short stable name (cache key, table row), e.g. ``paper_A_500``.
-        overrides: ``pacml-sim`` Hydra overrides that set it up (no policy, no seed).
+        overrides: ``pacml sim`` Hydra overrides that set it up (no policy, no seed).
         description: One sentence for the report (and why a knob deviates, if one does).
     """
 

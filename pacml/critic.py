@@ -12,7 +12,7 @@ take (:func:`pacml.features.server_features`, :func:`pacml.features.take_feature
 time :class:`CriticPolicy` keeps the agent's action unless the critic predicts that another
 feasible action blocks at least ``margin_jobs`` fewer jobs. Costs one small MLP forward pass.
 
-Training data come from ``pacml-distill distill.mode=critic`` (:mod:`pacml.distill`).
+Training data come from ``pacml distill distill.mode=critic`` (:mod:`pacml.distill`).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def train_critic(demos: dict[str, np.ndarray], epochs: int = 25, hidden: int = 1
     """
     for key in ("servers", "take", "scores"):
         if key not in demos:
-            raise ValueError(f"demonstrations lack {key!r}: collect them again with this version of pacml-distill")
+            raise ValueError(f"demonstrations lack {key!r}: collect them again with this version of pacml distill")
     torch.manual_seed(seed)
     state, action = critic_inputs(demos["globals"], demos["actions"], demos["servers"], demos["take"])
     n = len(state)
@@ -262,7 +262,7 @@ def _condition_critic(file: str, name: str) -> tuple[DeviationCritic, Any, float
 
     critic, meta = load_critic(file)
     if meta.get("kind") == "adaptive" or meta.get("agent_checkpoint") is None:
-        raise ConfigError(f"{name} is not a per-beta critic (pacml-distill)", field="policy.condition_critics")
+        raise ConfigError(f"{name} is not a per-beta critic (pacml distill)", field="policy.condition_critics")
     encoder = PacMLPolicy(meta["agent_checkpoint"]).encoder
     config = Path(file).parent / "distill_config.yaml"
     if not config.is_file():
@@ -286,7 +286,7 @@ def _condition_critic(file: str, name: str) -> tuple[DeviationCritic, Any, float
 class ConditionCritic:
     """A per-beta deviation critic that the adaptive agent applies only on its own training condition.
 
-    A critic distilled around a per-beta agent (``pacml-distill``) learned the paper's D at its
+    A critic distilled around a per-beta agent (``pacml distill``) learned the paper's D at its
     load; elsewhere its advice costs jobs (BENCHMARKS.md §10). So it applies only where the
     condition the agent observes (:class:`pacml.adaptive.ConditionTracker`, a whole window) lies
     within ``radius`` of the windows of its training condition (read from its

@@ -1,4 +1,4 @@
-"""Distil a decision-time planner back into the agent's network (``pacml-distill``).
+"""Distil a decision-time planner back into the agent's network (``pacml distill``).
 
 The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) wrapped around a
 trained agent blocks fewer jobs than the agent, but costs hundreds of milliseconds per decision.
@@ -432,7 +432,7 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 
 def command() -> Any:
-    """What ``pacml-distill``'s config holds, for the one check before any work (simulator/schema.py)."""
+    """What ``pacml distill``'s config holds, for the one check before any work (simulator/schema.py)."""
     import typing
 
     from simulator.cli import HydraCommand
@@ -454,7 +454,7 @@ def command() -> Any:
 
 
 def main() -> None:
-    """Console entry point (``pacml-distill``)."""
+    """Console entry point (``pacml distill``)."""
     import sys
 
     import hydra

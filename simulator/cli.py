@@ -89,7 +89,7 @@ class HydraCommand:
     """A Hydra console command and what its config holds (for :func:`preflight`).
 
     Attributes:
-        prog: Name in error messages (``pacml-sim``).
+        prog: Name in error messages (``pacml sim``).
         config_name: Primary config in ``conf/`` (``sim``).
         keys: Rules of its plain keys (see :mod:`simulator.config`).
         plugins: Sections built from ``_target_``.
@@ -105,7 +105,7 @@ class HydraCommand:
     def validate(self, cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
         """Check a composed config (raises :class:`ConfigError`); returns it pruned."""
         from simulator.build import (
-            check_buildable,  # lazy: numba (pacml-place never builds a simulation)
+            check_buildable,  # lazy: numba (pacml place never builds a simulation)
         )
 
         cfg = validate_config(cfg, keys=self.keys, plugins=self.plugins, optional=self.optional,

@@ -22,7 +22,7 @@ truncated), and floats must be finite. Ranges beyond the types are checked by th
 themselves when they are built (e.g. ``cluster.num_racks_per_group >= 1``).
 
 :func:`instantiate_checked` is Hydra's ``instantiate`` with our own errors unwrapped: every builder
-(:mod:`simulator.build`, the op placer of :mod:`simulator.allocation.op_placer`, ``pacml-place``)
+(:mod:`simulator.build`, the op placer of :mod:`simulator.allocation.op_placer`, ``pacml place``)
 calls it.
 """
 
@@ -121,7 +121,7 @@ SIM_KEYS: dict[str, Rule] = {
 #: Sections that are plug-ins (instantiated from ``_target_``), per command.
 SIM_PLUGINS = ("cluster", "arrivals", "beta", "policy")
 
-#: Plain keys of ``pacml-place`` (``conf/place.yaml``); ``devices`` is checked when the device
+#: Plain keys of ``pacml place`` (``conf/place.yaml``); ``devices`` is checked when the device
 #: set is built (``simulator.place.cli``), ``method`` against its class.
 PLACE_KEYS: dict[str, Rule] = {
     "seed": Rule(int, low=0, high=MAX_SEED, required=True),

@@ -1,10 +1,10 @@
-"""``pacml-sim``: simulate one episode (or a Hydra sweep of them) and write its results.
+"""``pacml sim``: simulate one episode (or a Hydra sweep of them) and write its results.
 
 Examples::
 
-    pacml-sim scenario=paper policy=para_max beta=C seed=0
-    pacml-sim policy=fixed policy.degree=4 workload.graphs=path/to/graphs/
-    pacml-sim -m policy=para_max,para_min,min_feasible beta=A,B,C,D seed=0,1,2
+    pacml sim scenario=paper policy=para_max beta=C seed=0
+    pacml sim policy=fixed policy.degree=4 workload.graphs=path/to/graphs/
+    pacml sim -m policy=para_max,para_min,min_feasible beta=A,B,C,D seed=0,1,2
 
 Each run writes ``jobs.csv`` (one row per job, by job id) and ``summary.json`` into its Hydra
 output directory, beside ``.hydra/config.yaml``. ``jobs.csv`` is streamed as the run goes
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 PROG = "pacml-sim"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "policy", "scenario", "experiment")
-#: What ``pacml-sim``'s config holds, for the one check before any work (simulator/config.py).
+#: What ``pacml sim``'s config holds, for the one check before any work (simulator/config.py).
 COMMAND = HydraCommand(PROG, "sim")
 
 
@@ -176,7 +176,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main() -> None:
-    """Console entry point (``pacml-sim``)."""
+    """Console entry point (``pacml sim``)."""
     preflight(COMMAND, sys.argv[1:])
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -825,8 +825,8 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
 @pytest.mark.parametrize(("override", "message"), [
     ("adaptive.workers=0", "field 'adaptive.workers'"),
     ("+adaptive.nope=1", "field 'adaptive.nope': unknown key"),
-    ("resume=/no/such/run", "field 'resume': no pacml-train-adaptive run"),
-    ("refit=/no/such/run", "field 'refit': no pacml-train-adaptive teacher search"),
+    ("resume=/no/such/run", "field 'resume': no pacml train-adaptive run"),
+    ("refit=/no/such/run", "field 'refit': no pacml train-adaptive teacher search"),
     ("adaptive.minibatch_rows=0", "field 'adaptive.minibatch_rows'"),
     ("adaptive.neighbours=0", "field 'adaptive.neighbours'"),
     ("refit=SOURCE adaptive.seed=3", "field 'adaptive.seed': a refit reuses"),

@@ -1,4 +1,4 @@
-"""``pacml-graph``: validate graph files, convert them to pacml JSON, describe graphs.
+"""``pacml graph``: validate graph files, convert them to pacml JSON, describe graphs.
 
 The format of a file is recognised from its content, never its name: PipeDream ``graph.txt``,
 pacml JSON (version 1: a forward graph; version 2: a computation graph) or the JSON of
@@ -8,10 +8,10 @@ backward nodes and edge costs.
 
 Examples::
 
-    pacml-graph validate my_model.json other/graph.txt bert24_training
-    pacml-graph convert profiles/resnet18/graph.txt resnet18.json
-    pacml-graph convert bert24_training bert24_training.pacml.json
-    pacml-graph info resnet18 path/to/graphs/
+    pacml graph validate my_model.json other/graph.txt bert24_training
+    pacml graph convert profiles/resnet18/graph.txt resnet18.json
+    pacml graph convert bert24_training bert24_training.pacml.json
+    pacml graph info resnet18 path/to/graphs/
 
 Exit status 0 when every file is valid, 2 otherwise (one line per problem on stderr).
 """
@@ -174,7 +174,7 @@ def _time_unit(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point (``pacml-graph``)."""
+    """Console entry point (``pacml graph``)."""
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--time-unit-s", type=_time_unit, default=PIPEDREAM_TIME_UNIT_S,
                         help="seconds per PipeDream profile time unit (default 1e-3: milliseconds); "

@@ -34,7 +34,7 @@ and the join edge) is derived from it. Times are seconds, sizes bytes::
 * ``source``, ``notes``: optional free text.
 
 Version 2 holds a :class:`~workloads.compute_graph.ComputeGraph` as an op placer sees it (what
-``pacml-graph convert`` writes for a dnn-partitioning file, so that nothing of it is lost)::
+``pacml graph convert`` writes for a dnn-partitioning file, so that nothing of it is lost)::
 
     {
       "format": "pacml-graph", "version": 2, "name": "bert24_training", "time_unit_s": 1.0,

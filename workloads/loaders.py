@@ -331,7 +331,7 @@ DNN_PARTITIONING_DIR = DATA_DIR / "dnn_partitioning"
 
 
 def shipped_placement_graphs() -> dict[str, Path]:
-    """Name -> file of every shipped graph usable by ``pacml-place``: the PipeDream models and the
+    """Name -> file of every shipped graph usable by ``pacml place``: the PipeDream models and the
     dnn-partitioning throughput inputs (e.g. ``bert24_training``)."""
     out = {m: PIPEDREAM_DIR / m / "graph.txt" for m in shipped_models()}
     for path in sorted((DNN_PARTITIONING_DIR / "throughput-inputs").glob("*/*.json")):
@@ -344,7 +344,7 @@ def load_compute_graph(spec: str | Path) -> ComputeGraph:
     or a file in any format, recognised by its content (see :func:`detect_graph_format`):
     dnn-partitioning and pacml JSON version 2 files keep their per-kind times, groups, backward
     nodes and edge costs; PipeDream and version-1 files load as training graphs (forward ops and
-    their backward mirrors) on the physical clock. A directory is read as ``pacml-sim``'s
+    their backward mirrors) on the physical clock. A directory is read as ``pacml sim``'s
     ``workload.graphs`` reads one (:func:`resolve_graph_paths`: its ``*.json`` and ``graph.txt``
     files, e.g. a PipeDream model folder) and must hold exactly one graph."""
     text = str(spec)

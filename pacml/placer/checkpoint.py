@@ -48,7 +48,7 @@ def resolve_placer(spec: str | None, objective: str, *, field: str = "method.che
             return path
     shipped = sorted(p.name for p in SHIPPED_DIR.glob("*") if (p / "placer.pt").is_file()) if SHIPPED_DIR.is_dir() \
         else []
-    raise ConfigError(f"no placer at {name!r} (a placer.pt file, a pacml-train-placer run directory, or a "
+    raise ConfigError(f"no placer at {name!r} (a placer.pt file, a pacml train-placer run directory, or a "
                       f"shipped name: {', '.join(shipped) or 'none shipped'})", field=field)
 
 
@@ -62,7 +62,7 @@ def load_placer(path: str | Path, *, field: str = "method.checkpoint") -> tuple[
     except ValueError as exc:
         raise ConfigError(str(exc), field=field) from None
     if not isinstance(state, dict) or state.get("format") != PLACER_FORMAT:
-        raise ConfigError(f"{path}: not a pacml placer (written by pacml-train-placer as placer.pt)", field=field)
+        raise ConfigError(f"{path}: not a pacml placer (written by pacml train-placer as placer.pt)", field=field)
     try:
         net = PlacerNet(NetConfig(**state["net"]))
         net.load_state_dict(state["model"])

@@ -1,15 +1,15 @@
-"""``pacml-train-placer``: pre-train the learned op placer (Hydra app, ``conf/train_placer.yaml``).
+"""``pacml train-placer``: pre-train the learned op placer (Hydra app, ``conf/train_placer.yaml``).
 
 Examples::
 
-    pacml-train-placer net.insertion=true net.order=full_rank net.cost_outputs=false   # placer_step's recipe (40 min, one core)
-    pacml-train-placer budget.time_s=300 corpus.synthetic=8  # a short run
-    pacml-train-placer resume=outputs/train_placer/<run>     # continue exactly where it stopped
-    pacml-train-placer resume=outputs/train_placer/<run> budget.time_s=6000   # extend it
+    pacml train-placer net.insertion=true net.order=full_rank net.cost_outputs=false   # placer_step's recipe (40 min, one core)
+    pacml train-placer budget.time_s=300 corpus.synthetic=8  # a short run
+    pacml train-placer resume=outputs/train_placer/<run>     # continue exactly where it stopped
+    pacml train-placer resume=outputs/train_placer/<run> budget.time_s=6000   # extend it
 
 The time budget counts from the process start and covers every phase (imports, corpus loading,
 task building, training, validation, checkpoints); a resumed run's budget is the total over
-sessions. Use the result with ``pacml-place method=learned method.checkpoint=<run>``.
+sessions. Use the result with ``pacml place method=learned method.checkpoint=<run>``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ KEYS: dict[str, Rule] = {
 
 
 class TrainPlacerCommand(HydraCommand):
-    """``pacml-train-placer``'s config check: keys and ranges, then the device presets built."""
+    """``pacml train-placer``'s config check: keys and ranges, then the device presets built."""
 
     def validate(self, cfg: DictConfig, overrides: typing.Any) -> DictConfig:
         """Check a composed config (raises our own errors); returns it."""
@@ -215,7 +215,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """Console entry point (``pacml-train-placer``)."""
+    """Console entry point (``pacml train-placer``)."""
     preflight(COMMAND, sys.argv[1:])
     _hydra_main()
 

@@ -60,7 +60,7 @@ class LearnedPlacer:
     """The learned placer (see module docstring).
 
     Args:
-        checkpoint: A ``placer.pt``, a ``pacml-train-placer`` run directory or a shipped placer's name;
+        checkpoint: A ``placer.pt``, a ``pacml train-placer`` run directory or a shipped placer's name;
             ``None``: the shipped placer for the objective.
         mode: ``greedy`` | ``sample`` | ``finetune``.
         samples: Placements sampled in ``sample`` mode.
@@ -110,7 +110,7 @@ class LearnedPlacer:
         return net, meta, str(path)
 
     def check(self, objective: BoundObjective) -> None:
-        """Find and load the checkpoint for ``objective`` before any work (``pacml-place`` runs this
+        """Find and load the checkpoint for ``objective`` before any work (``pacml place`` runs this
         while checking its config, so a missing or damaged placer is refused before a run starts).
 
         Raises:

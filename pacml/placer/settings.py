@@ -1,6 +1,6 @@
 """The placer's settings (network sizes, PPO knobs), apart from the torch code that uses them.
 
-Kept free of torch so that ``pacml-train-placer`` checks its config (the key rules come from these
+Kept free of torch so that ``pacml train-placer`` checks its config (the key rules come from these
 dataclasses) before the seconds of importing torch; :mod:`pacml.placer.model` and
 :mod:`pacml.placer.ppo` re-export them.
 """

@@ -307,7 +307,7 @@ class PlacerTrainer:
             try:
                 state = load_torch_file(path, "training checkpoint")
                 if not isinstance(state, dict) or state.get("format") != "pacml-train-placer":
-                    raise ValueError("not a pacml-train-placer checkpoint")
+                    raise ValueError("not a pacml train-placer checkpoint")
                 if [tuple(k) for k in state["keys"]] != self.keys:
                     raise ValueError("written by a run with other tasks (graphs, devices or objectives)")
                 self.net.load_state_dict(state["model"])

@@ -4,7 +4,7 @@ Two words, two things (used this way across the project):
 
 * **allocation** (this package): which servers a job holds (spec §5.1, ``sim.placement``:
   ``op_first_fit`` or ``block``);
-* **placement** (:mod:`simulator.place`, ``pacml-place``, :mod:`pacml.placer`): which device runs
+* **placement** (:mod:`simulator.place`, ``pacml place``, :mod:`pacml.placer`): which device runs
   each op of a graph.
 
 Modules:

@@ -1,14 +1,14 @@
-"""``pacml-place``: put every op of one computation graph on a device, price it, write the results.
+"""``pacml place``: put every op of one computation graph on a device, price it, write the results.
 
 Examples::
 
-    pacml-place graph=bert24_training objective=pipeline method=round_robin
-    pacml-place graph=resnet50 devices=hetero method=random
-    pacml-place -m graph=resnet50,vgg16 method=single,round_robin,random devices=gpu4
-    pacml-place graph=resnet50 method=file method.path=placement.json
+    pacml place graph=bert24_training objective=pipeline method=round_robin
+    pacml place graph=resnet50 devices=hetero method=random
+    pacml place -m graph=resnet50,vgg16 method=single,round_robin,random devices=gpu4
+    pacml place graph=resnet50 method=file method.path=placement.json
 
 Config (``conf/place.yaml``): ``graph`` (a shipped name, a file, or a directory holding one graph
-file, e.g. a PipeDream model folder, read as ``pacml-sim`` reads ``workload.graphs``), ``devices`` (a preset of
+file, e.g. a PipeDream model folder, read as ``pacml sim`` reads ``workload.graphs``), ``devices`` (a preset of
 ``conf/devices/``; ``auto``, the default, is a dnn-partitioning file's own device set, else
 ``gpu4``; ``file`` insists on the file's own; ``ramp_block`` is the servers of one RAMP block),
 ``objective`` (``step`` | ``latency`` | ``pipeline``), ``method`` (a placer of ``conf/method/``,
@@ -68,7 +68,7 @@ GROUPS = ("devices", "method")
 
 @dataclass(frozen=True)
 class PlaceCommand(HydraCommand):
-    """``pacml-place``'s config check: keys, the method's arguments, then graph, devices and method built."""
+    """``pacml place``'s config check: keys, the method's arguments, then graph, devices and method built."""
 
     def validate(self, cfg: DictConfig, overrides: Any) -> DictConfig:
         """Check a composed config (raises our own errors); returns it."""
@@ -78,7 +78,7 @@ class PlaceCommand(HydraCommand):
         return cfg
 
 
-#: What ``pacml-place``'s config holds, for the one check before any work (simulator/config.py).
+#: What ``pacml place``'s config holds, for the one check before any work (simulator/config.py).
 COMMAND = PlaceCommand(PROG, "place", keys=dict(PLACE_KEYS), plugins=PLACE_PLUGINS)
 
 
@@ -447,7 +447,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """Console entry point (``pacml-place``)."""
+    """Console entry point (``pacml place``)."""
     preflight(COMMAND, sys.argv[1:])
     _hydra_main()
 

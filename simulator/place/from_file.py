@@ -1,7 +1,7 @@
 """``method=file``: evaluate a placement read from a JSON file instead of searching for one.
 
 The file maps node names to device names, either as a plain object ``{"op": "gpu0", ...}`` or
-as the ``placement`` object of a ``placement.json`` that ``pacml-place`` wrote (so a run's
+as the ``placement`` object of a ``placement.json`` that ``pacml place`` wrote (so a run's
 placement can be re-priced under another objective or device set). Every node of the graph
 must be named exactly once, every device must exist, a group (an op and its backward mirror,
 a colour class) must sit on one device, and the devices must hold what the file puts on them:
@@ -32,7 +32,7 @@ class FilePlacer:
     """The placement a file gives (op name -> device name), checked against graph and devices.
 
     Args:
-        path: JSON file: ``{"op": "device", ...}`` or a ``placement.json`` of ``pacml-place``.
+        path: JSON file: ``{"op": "device", ...}`` or a ``placement.json`` of ``pacml place``.
     """
 
     name = "file"

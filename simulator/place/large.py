@@ -1,6 +1,6 @@
 """Big computation graphs (10,000-100,000 ops) for op placement at scale, built in seconds.
 
-Three families, each loadable by name (``pacml-place graph=<name>``, see :func:`big_graph`):
+Three families, each loadable by name (``pacml place graph=<name>``, see :func:`big_graph`):
 
 * ``<pipedream model>_x<k>`` (e.g. ``densenet121_x16``: 11,928 nodes; ``nasnetamobile_x16``: 26,142):
   a shipped PipeDream graph split ``k`` ways by the cluster simulator's own partitioner
