@@ -609,7 +609,7 @@ class AdaptivePolicy:
         from simulator.errors import ConfigError
 
         if weights is None:
-            from pacml.policy import resolve_checkpoint
+            from pacml.agent.policy import resolve_checkpoint
 
             if checkpoint is None:
                 raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
@@ -726,7 +726,7 @@ class AdaptivePolicy:
         """Preflight (``simulator.build.check_buildable``): the checkpoint and critic files exist and every
         plain setting passes ``__init__``'s checks, without reading the arrays or importing torch for
         the critics, so a bad value fails in a second."""
-        from pacml.policy import resolve_checkpoint
+        from pacml.agent.policy import resolve_checkpoint
         from simulator.errors import ConfigError
 
         args = {k: v for k, v in node.items() if not k.startswith("_")}
@@ -1128,7 +1128,7 @@ def oracle_rule(overrides: Sequence[str], seeds: Sequence[int], block_search: in
 def _teacher_setup(overrides: Sequence[str]) -> tuple[Any, RampTopology, list[Rule]]:
     """A condition's simulation factory (``seed -> Simulation``, sharing one feasibility engine and
     workload), its topology and its rules."""
-    from pacml.env import compose_sim_config
+    from pacml.agent.env import compose_sim_config
     from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
 
     cfg = compose_sim_config([*overrides, "progress=false"])

@@ -37,7 +37,7 @@ from pacml.adaptive import (
     save_adaptive,
     teacher_search,
 )
-from pacml.env import TRAIN_SEED_LOW
+from pacml.agent.env import TRAIN_SEED_LOW
 from workloads.io import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -398,7 +398,7 @@ def adaptive_run_dir(resume: str | None, default: str) -> str:
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    import pacml.train  # noqa: F401  (registers pacml_resume_output_subdir)
+    import pacml.agent.train  # noqa: F401  (registers pacml_resume_output_subdir)
 
     OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
 

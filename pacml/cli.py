@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "place": ("simulator.place.cli", "main", "place one graph's ops on devices by a method and price it"),
     "report": ("analysis.report", "main", "tables, figures and a report of a sweep or run folder"),
     "graph": ("workloads.graph_cli", "main", "validate, convert or describe computation graph files"),
-    "train": ("pacml.train", "main", "train a per-beta PAC-ML agent with PPO"),
+    "train": ("pacml.agent.train", "main", "train a per-beta PAC-ML agent with PPO"),
     "train-placer": ("pacml.placer.cli", "main", "pre-train the learned op placer"),
     "train-adaptive": ("pacml.adaptive_train", "main", "train the adaptive agent (teacher search, selector fit)"),
     "distill": ("pacml.distill", "main", "distil the rollout planner into an agent's network"),

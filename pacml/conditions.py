@@ -1,11 +1,11 @@
 """The condition grid every adaptive-agent claim is measured on (issue 13; ``benchmarks/adaptive/bench_conditions.py``).
 
 A :class:`Condition` is a named list of ``pacml sim`` Hydra overrides (composed with
-:func:`pacml.env.compose_sim_config`). :data:`GRID` holds the paper scenario at three loads per
+:func:`pacml.agent.env.compose_sim_config`). :data:`GRID` holds the paper scenario at three loads per
 beta plus the conditions where the best rule changes (unseen graphs, Poisson and trace arrivals,
 64- and 512-server clusters, the physical scenario). Each is run on :data:`EVAL_SEEDS`, ten seeds
 no other part of the project uses: training draws episode seeds at or above 1,000,000
-(``pacml.env.TRAIN_SEED_LOW``), validation uses 500,000 and up, and the reports use 0-2.
+(``pacml.agent.env.TRAIN_SEED_LOW``), validation uses 500,000 and up, and the reports use 0-2.
 
 The *oracle rule* of a condition is the best of :func:`rule_candidates` (``para_max`` and
 ``min_feasible(k)`` for every degree ``k`` the cluster offers) by mean blocking over those same

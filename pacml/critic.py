@@ -8,7 +8,7 @@ summarise the cluster (BENCHMARKS.md §3). This module instead regresses the pla
     delta(s, d) = expected blocked jobs after choosing d - after the agent's action,
 
 from features that say which servers are busy until when and which servers each degree would
-take (:func:`pacml.features.server_features`, :func:`pacml.features.take_features`). At decision
+take (:func:`pacml.agent.features.server_features`, :func:`pacml.agent.features.take_features`). At decision
 time :class:`CriticPolicy` keeps the agent's action unless the critic predicts that another
 feasible action blocks at least ``margin_jobs`` fewer jobs. Costs one small MLP forward pass.
 
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from pacml.features import server_features, take_features
-from pacml.policy import PacMLPolicy, load_payload
+from pacml.agent.features import server_features, take_features
+from pacml.agent.policy import PacMLPolicy, load_payload
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError
 from simulator.policy import Decision
@@ -300,7 +300,7 @@ class ConditionCritic:
     """
 
     def __init__(self, name: str | Path, spread: np.ndarray, radius: float) -> None:
-        from pacml.policy import resolve_checkpoint
+        from pacml.agent.policy import resolve_checkpoint
 
         file = resolve_checkpoint(name, "critic.pt", "critic", "policy.condition_critics")
         self.name = str(name)

@@ -34,9 +34,9 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from pacml.env import TRAIN_SEED_LOW, ClusterEnv
-from pacml.features import server_features, take_features
-from pacml.policy import PacMLPolicy, load_policy, save_policy
+from pacml.agent.env import TRAIN_SEED_LOW, ClusterEnv
+from pacml.agent.features import server_features, take_features
+from pacml.agent.policy import PacMLPolicy, load_policy, save_policy
 from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
@@ -255,7 +255,7 @@ def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndar
     """Fine-tune the agent on the planner's actions; keep the best epoch by validation."""
     import torch  # lazy: torch
 
-    from pacml.model import graph_data
+    from pacml.agent.model import graph_data
 
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)

@@ -1,6 +1,6 @@
 """Files every training run writes: the resumable checkpoint (keeping the one before) and metrics.csv.
 
-Shared by ``pacml train`` (:mod:`pacml.ppo`) and ``pacml train-placer`` (:mod:`pacml.placer.trainer`).
+Shared by ``pacml train`` (:mod:`pacml.agent.ppo`) and ``pacml train-placer`` (:mod:`pacml.placer.trainer`).
 """
 
 from __future__ import annotations

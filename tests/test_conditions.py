@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
 from pacml.conditions import (
     EVAL_SEEDS,
     GRID,
@@ -22,7 +23,6 @@ from pacml.conditions import (
     summarise_condition,
     validation_seeds,
 )
-from pacml.env import TRAIN_SEED_LOW, compose_sim_config
 from simulator.build import build_feasibility, build_policy, build_topology, build_workload
 from simulator.policies.heuristics import MinFeasible, ParaMax
 

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pacml.agent.train import COMMAND as TRAIN
 from pacml.distill import command as distill_command
-from pacml.train import COMMAND as TRAIN
 from simulator.cli import preflight
 from simulator.run import COMMAND as SIM
 

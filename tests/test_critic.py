@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from pacml.agent.env import compose_sim_config
+from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, server_features, take_features
+from pacml.agent.policy import PacMLPolicy
 from pacml.critic import (
     CriticPolicy,
     DeviationCritic,
@@ -14,9 +17,6 @@ from pacml.critic import (
     standardiser,
     train_critic,
 )
-from pacml.env import compose_sim_config
-from pacml.features import ACTION_FEATURES, GLOBAL_FEATURES, server_features, take_features
-from pacml.policy import PacMLPolicy
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 

@@ -223,7 +223,7 @@ def reference_back(state: SimpleNamespace, gap: float) -> list[float]:
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), running=st.integers(0, 300), gap=st.sampled_from([1.0, 62.5, 1000.0, 0.3]))
 def test_global_features_equal_the_old_loop(seed: int, running: int, gap: float) -> None:
-    from pacml.features import global_features
+    from pacml.agent.features import global_features
 
     rng = random.Random(seed)
     now = rng.uniform(0, 1e6)
@@ -246,8 +246,8 @@ SHIPPED_DECISIONS = {"A": "960995e8e0879a55", "B": "6b88a0ae0bb8721f", "C": "169
 
 @pytest.mark.parametrize("beta", sorted(SHIPPED_DECISIONS))
 def test_shipped_agents_take_the_same_decisions(beta: str) -> None:
-    from pacml.env import compose_sim_config
-    from pacml.policy import PacMLPolicy
+    from pacml.agent.env import compose_sim_config
+    from pacml.agent.policy import PacMLPolicy
     from simulator.build import build_simulation
 
     sim = build_simulation(compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=300000"]), seed=0)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
+from pacml.agent.policy import PacMLPolicy, load_policy
 from pacml.distill import DISTILL_SEED_BASE, DistillConfig, collect, imitate, load_demos
-from pacml.env import TRAIN_SEED_LOW, compose_sim_config
-from pacml.policy import PacMLPolicy, load_policy
 from simulator.build import build_simulation
 from simulator.policies.lookahead import RolloutLookahead
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pacml.adaptive import Rule, start_rule
-from pacml.features import action_mask, take_features
+from pacml.agent.features import action_mask, take_features
 from simulator.build import SimKnobs, build_feasibility, build_policy, build_simulation
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pacml.env import compose_sim_config
+from pacml.agent.env import compose_sim_config
 from simulator.build import (
     build_feasibility,
     build_policy,

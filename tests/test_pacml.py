@@ -12,11 +12,11 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import pacml
-from pacml.env import ClusterEnv, compose_sim_config
-from pacml.features import ACTION_FEATURES, GLOBAL_FEATURES, GraphFeatures, graph_features
-from pacml.model import ActorCritic, GraphEncoder, graph_data
-from pacml.policy import PacMLPolicy, load_policy
-from pacml.ppo import PPOConfig, Trainer, compute_gae
+from pacml.agent.env import ClusterEnv, compose_sim_config
+from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, GraphFeatures, graph_features
+from pacml.agent.model import ActorCritic, GraphEncoder, graph_data
+from pacml.agent.policy import PacMLPolicy, load_policy
+from pacml.agent.ppo import PPOConfig, Trainer, compute_gae
 from simulator.build import build_simulation
 from simulator.policy import Decision
 from tests.conftest import make_graph
@@ -246,7 +246,7 @@ def test_time_budget_covers_the_warm_start_and_leaves_time_for_ppo(
                     warmstart_episodes=200, warmstart_epochs=10_000, eval_every=2, checkpoint_every=3)
     t0 = time.perf_counter()
     trainer = Trainer(short_config, cfg, tmp_path)
-    with caplog.at_level(logging.INFO, logger="pacml.ppo"):
+    with caplog.at_level(logging.INFO, logger="pacml.agent.ppo"):
         summary = trainer.train(progress=False)
     wall_s = time.perf_counter() - t0
     assert wall_s <= budget_s + tolerance_s, summary
@@ -278,7 +278,7 @@ def test_a_run_worse_than_its_warm_start_says_so_in_its_log_and_summary(
 
     cfg = _tiny_ppo(eval_every=1, warmstart="auto", warmstart_candidates=[1, 16], warmstart_episodes=1,
                     warmstart_epochs=1, warmstart_lr=1e-9, eval_seeds=[7, 8])
-    with caplog.at_level(logging.INFO, logger="pacml.ppo"):
+    with caplog.at_level(logging.INFO, logger="pacml.agent.ppo"):
         summary = Trainer(short_config, cfg, tmp_path).train(progress=False)
     saved = json.loads((tmp_path / "train_summary.json").read_text())
     assert saved["teacher_min_degree"] == 16 and saved["teacher_val_blocking_rate"] == pytest.approx(17 / 62)
@@ -288,7 +288,7 @@ def test_a_run_worse_than_its_warm_start_says_so_in_its_log_and_summary(
     assert any("worse than its warm-start rule min_feasible(16) at 0.2742" in w
                and "policy=min_feasible +policy.min_degree=16" in w for w in warnings), warnings
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="pacml.policy"):
+    with caplog.at_level(logging.WARNING, logger="pacml.agent.policy"):
         PacMLPolicy(str(tmp_path / "policy.pt"))
     assert "worse than its warm-start rule min_feasible(16)" in caplog.text
     # Without a warm start there is nothing to compare with: null, not false.
@@ -323,7 +323,7 @@ def test_a_budget_too_small_for_any_update_says_so_and_still_checkpoints(
     import logging
 
     trainer = Trainer(short_config, _tiny_ppo(total_steps=10**9, time_budget_s=0.01), tmp_path)
-    with caplog.at_level(logging.INFO, logger="pacml.ppo"):
+    with caplog.at_level(logging.INFO, logger="pacml.agent.ppo"):
         summary = trainer.train(progress=False)
     assert summary["updates"] == 0 and summary["stopped_by"] == "time_budget"
     assert any("time budget" in r.getMessage() and "stopping at step 0" in r.getMessage() for r in caplog.records)
@@ -342,7 +342,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
     ckpt.write_bytes(ckpt.read_bytes()[:1000])  # truncated
     resumed = Trainer(short_config, _tiny_ppo(total_steps=64), tmp_path)
     caplog.clear()  # the first run's own warning (it never validated) is not the resume's
-    with caplog.at_level(logging.WARNING, logger="pacml.ppo"):
+    with caplog.at_level(logging.WARNING, logger="pacml.agent.ppo"):
         assert resumed.resume(tmp_path) == prev
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "checkpoint.prev.pt (update 1" in warnings[0] and "checkpoint.pt" in warnings[0]
@@ -364,7 +364,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
 def test_resume_with_a_damaged_run_config_is_one_line(tmp_path: Path, config_text: str | None, problem: str) -> None:
     from hydra import compose, initialize_config_dir
 
-    from pacml.train import train_from_config
+    from pacml.agent.train import train_from_config
     from simulator.errors import ConfigError
     from tests.conftest import CONF_DIR
 
@@ -388,7 +388,7 @@ SHIPPED = [("paper_betaA", "paper", "A"), ("paper_betaB", "paper", "B"), ("paper
 @pytest.mark.parametrize(("name", "scenario", "beta"), SHIPPED)
 def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -> None:
     """Each shipped agent loads (with the config that trained it) and decides a short episode."""
-    from pacml.policy import SHIPPED_DIR
+    from pacml.agent.policy import SHIPPED_DIR
 
     folder = SHIPPED_DIR / name
     for file in ("policy.pt", "train_config.yaml", "metrics.csv", "training_curve.png"):
@@ -406,7 +406,7 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
 
 
 def test_every_shipped_checkpoint_is_tested() -> None:
-    from pacml.policy import SHIPPED_DIR
+    from pacml.agent.policy import SHIPPED_DIR
 
     # placers/: the learned op placers, tested in tests/test_learned_placer.py.
     assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and p.name != "placers") == sorted(
@@ -417,7 +417,7 @@ def test_every_shipped_checkpoint_is_tested() -> None:
 def test_shipped_ppo_from_scratch_over_conditions_loads_and_acts() -> None:
     """The item-5 ablation's agent (PPO from scratch over random conditions, BENCHMARKS.md §10)
     holds its record and decides a short episode of another beta and load."""
-    from pacml.policy import SHIPPED_DIR
+    from pacml.agent.policy import SHIPPED_DIR
 
     folder = SHIPPED_DIR / "paper_conditions_scratch"
     for file in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json", "training_curve.png"):
@@ -438,8 +438,8 @@ SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
 def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
     """The shipped deviation critic names its agent and margin, and overrides some decisions of
     a short episode with feasible ones."""
+    from pacml.agent.policy import SHIPPED_DIR
     from pacml.critic import CriticPolicy
-    from pacml.policy import SHIPPED_DIR
     from simulator.build import build_policy
 
     folder = SHIPPED_DIR / f"paper_beta{beta}_critic"
@@ -502,7 +502,7 @@ def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_
     """``policy=pacml`` is one agent for every beta (the adaptive one); a per-beta checkpoint given to
     it, or an adaptive one given to ``policy=pacml_beta``, is one line naming the config that runs it."""
     from pacml.adaptive import AdaptivePolicy
-    from pacml.policy import SHIPPED_DIR
+    from pacml.agent.policy import SHIPPED_DIR
     from simulator.build import build_policy
     from simulator.errors import ConfigError
 
@@ -556,11 +556,11 @@ def test_pacml_train_command_trains_and_resumes(tmp_path: Path, caplog: pytest.L
 
     from hydra import compose, initialize_config_dir
 
-    from pacml.train import train_from_config
+    from pacml.agent.train import train_from_config
     from tests.conftest import CONF_DIR
 
     run = tmp_path / "run"
-    base = [sys.executable, "-c", "from pacml.train import main; main()", "progress=false"]
+    base = [sys.executable, "-c", "from pacml.agent.train import main; main()", "progress=false"]
     tiny = ["beta=C", "horizon_s=3e4", "ppo.num_envs=2", "ppo.num_steps=32", "ppo.warmstart=null",
             "ppo.hidden_channels=16", "ppo.eval_every=2", "ppo.checkpoint_every=1"]
 
@@ -573,7 +573,7 @@ def test_pacml_train_command_trains_and_resumes(tmp_path: Path, caplog: pytest.L
     assert json.loads((run / "train_summary.json").read_text())["global_step"] == 128
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="train", overrides=[f"resume={run}"])
-    with caplog.at_level(logging.INFO, logger="pacml.train"):
+    with caplog.at_level(logging.INFO, logger="pacml.agent.train"):
         plain = train_from_config(cfg, tmp_path / "unused", [f"resume={run}"])
     assert plain["global_step"] == 128 and not (tmp_path / "unused").exists()
     assert "nothing to do: run already reached total_steps=128 (step 128); pass ppo.total_steps=N" in caplog.text
@@ -612,7 +612,7 @@ def test_gym_make_works_without_importing_pacml_env() -> None:
     # `import pacml` alone registers the id, without the environment module or torch.
     out = _fresh_python(
         "import sys, gymnasium as gym, pacml\n"
-        "print(pacml.ENV_ID in gym.registry, 'pacml.env' in sys.modules, 'torch' in sys.modules)\n"
+        "print(pacml.ENV_ID in gym.registry, 'pacml.agent.env' in sys.modules, 'torch' in sys.modules)\n"
     )
     assert out.split() == ["True", "False", "False"]
 
@@ -621,7 +621,7 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     """torch + torch_geometric take ~3 s to import: a typo in policy.checkpoint must not wait."""
     out = _fresh_python(
         "import sys\n"
-        "from pacml.policy import PacMLPolicy\n"
+        "from pacml.agent.policy import PacMLPolicy\n"
         "from simulator.errors import ConfigError\n"
         "try:\n"
         "    PacMLPolicy('no_such_checkpoint')\n"
@@ -635,9 +635,9 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     ("simulator.run", ["policy=pacml", "policy.block_search=-1"]),
     ("simulator.run", ["policy=pacml", "policy.condition_critics=[nope]"]),
     ("simulator.run", ["policy=pacml_beta", "beta=uniform"]),
-    ("pacml.train", ["ppo.total_steps=0"]),
-    ("pacml.train", ["nokey=1"]),
-    ("pacml.train", ["policy.block_search=-1"]),  # pacml-sim's: training would ignore it
+    ("pacml.agent.train", ["ppo.total_steps=0"]),
+    ("pacml.agent.train", ["nokey=1"]),
+    ("pacml.agent.train", ["policy.block_search=-1"]),  # pacml-sim's: training would ignore it
     ("pacml.distill", ["distill.episodes=0"]),
     ("pacml.adaptive_train", ["nokey=1"]),
     ("pacml.placer.cli", ["net.hidden=0"]),
@@ -759,20 +759,20 @@ def test_ppo_over_random_conditions_validates_on_fixed_draws_and_resumes_exactly
     # Episodes of about 6 arrivals end inside each 16-step rollout: conditions were drawn and replayed.
     assert len(straight.episodes) >= 2 and all(env.episode_condition is not None for env in straight.envs)
     assert straight.history[-1]["losses/policy_loss"] == resumed.history[-1]["losses/policy_loss"]
-    import pacml.ppo
+    import pacml.agent.ppo
 
     horizons = []
-    real = pacml.ppo.build_simulation
+    real = pacml.agent.ppo.build_simulation
 
     def counting(cfg, **kw):
         horizons.append(cfg.horizon_s)
         return real(cfg, **kw)
 
-    pacml.ppo.build_simulation = counting
+    pacml.agent.ppo.build_simulation = counting
     try:
         val = straight.evaluate([7, 8])
     finally:
-        pacml.ppo.build_simulation = real
+        pacml.agent.ppo.build_simulation = real
     assert val is not None and 0.0 <= val["blocking_rate"] <= 1.0
     want = [float(dict(o.split("=", 1) for o in c)["horizon_s"]) for c in straight.val_conditions]
     assert horizons == pytest.approx([h for h in want for _ in (7, 8)])  # each condition x each seed
@@ -792,7 +792,7 @@ def test_compose_condition_is_hydras_composition() -> None:
     from omegaconf import OmegaConf
 
     from pacml.adaptive import sample_condition
-    from pacml.env import compose_condition
+    from pacml.agent.env import compose_condition
 
     for i in range(16):
         over = sample_condition(np.random.default_rng([9, i]), 300, 0.5, "physical" if i % 4 == 0 else "paper",
@@ -829,9 +829,9 @@ def _damaged(kind: str, good: Path, dest: Path) -> Path:
 
 def _loaders():
     from pacml.adaptive import AdaptivePolicy
+    from pacml.agent.policy import SHIPPED_DIR
     from pacml.critic import load_critic
     from pacml.placer.checkpoint import load_placer
-    from pacml.policy import SHIPPED_DIR
 
     return {
         "adaptive.npz": (SHIPPED_DIR / "paper_adaptive_knn" / "adaptive.npz",
@@ -866,7 +866,7 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_the_cause(tmp_path
 
 
 def test_a_damaged_training_checkpoint_names_the_file_and_the_cause(short_config, tmp_path: Path) -> None:
-    from pacml.ppo import CheckpointError
+    from pacml.agent.ppo import CheckpointError
 
     trainer = Trainer(short_config, _tiny_ppo(total_steps=32), tmp_path)
     trainer.train(progress=False)
@@ -882,7 +882,7 @@ def test_a_resumed_run_refuses_a_setting_it_would_ignore(tmp_path: Path) -> None
     from the run's own train_config.yaml is one line naming the key, not silently ignored."""
     from hydra import compose, initialize_config_dir
 
-    from pacml.train import train_from_config
+    from pacml.agent.train import train_from_config
     from simulator.errors import ConfigError
     from tests.conftest import CONF_DIR
 
@@ -901,7 +901,7 @@ def test_a_resumed_run_refuses_a_setting_it_would_ignore(tmp_path: Path) -> None
 
 def test_the_training_progress_bar_shows_a_dash_until_a_rate_exists() -> None:
     """A rollout that finishes no episode has no blocking rate: the bar shows '-', not nan."""
-    from pacml.ppo import postfix_value
+    from pacml.agent.ppo import postfix_value
 
     assert postfix_value(float("nan")) == "-" and postfix_value(float("inf")) == "-"
     assert postfix_value(0.12345) == "0.123" and postfix_value(0.0) == "0.000"

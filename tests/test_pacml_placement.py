@@ -10,10 +10,10 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pacml.env import ClusterEnv, compose_sim_config
-from pacml.features import PLACEMENT_ACTION_FEATURES
-from pacml.policy import PacMLPolicy
-from pacml.ppo import PPOConfig, Trainer
+from pacml.agent.env import ClusterEnv, compose_sim_config
+from pacml.agent.features import PLACEMENT_ACTION_FEATURES
+from pacml.agent.policy import PacMLPolicy
+from pacml.agent.ppo import PPOConfig, Trainer
 from simulator.build import build_simulation
 
 SHORT = ["scenario=paper", "beta=C", "horizon_s=3e4"]

@@ -182,7 +182,7 @@ def test_op_placement_on_a_ramp_block_prices_like_the_cluster_simulator() -> Non
 
 
 def test_renamed_job_placement_checkpoints_resolve() -> None:
-    from pacml.policy import SHIPPED_DIR, resolve_checkpoint
+    from pacml.agent.policy import SHIPPED_DIR, resolve_checkpoint
 
     assert resolve_checkpoint("paper_betaA_placement", "policy.pt", "policy", "policy.checkpoint") == \
         SHIPPED_DIR / "paper_betaA_block" / "policy.pt"

@@ -40,6 +40,7 @@ from typing import Any
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from pacml.agent.env import compose_sim_config
 from pacml.conditions import (
     EVAL_SEEDS,
     GRID,
@@ -51,7 +52,6 @@ from pacml.conditions import (
     rule_candidates,
     summarise_condition,
 )
-from pacml.env import compose_sim_config
 from simulator.build import (
     build_feasibility,
     build_policy,

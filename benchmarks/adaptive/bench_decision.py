@@ -56,9 +56,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pacml.env import compose_sim_config
-from pacml.features import ACTION_FEATURES, GLOBAL_FEATURES, Encoder
-from pacml.policy import PacMLPolicy
+from pacml.agent.env import compose_sim_config
+from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, Encoder
+from pacml.agent.policy import PacMLPolicy
 from simulator.build import build_simulation
 from simulator.run import frozen_heap
 
@@ -100,7 +100,7 @@ def _policy(cluster: str, beta: str, max_degree: int) -> PacMLPolicy:
     """The shipped checkpoint on the paper cluster; an untrained agent offering every degree otherwise."""
     if cluster == "ramp32":
         return PacMLPolicy(f"paper_beta{beta}")
-    from pacml.model import ActorCritic
+    from pacml.agent.model import ActorCritic
 
     torch.manual_seed(0)
     model = ActorCritic(global_features=GLOBAL_FEATURES, action_features=ACTION_FEATURES).eval()

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pacml.adaptive import Rule, rule_candidates  # noqa: E402
+from pacml.agent.env import compose_sim_config  # noqa: E402
 from pacml.conditions import GRID, get_condition, validation_seeds  # noqa: E402
-from pacml.env import compose_sim_config  # noqa: E402
 from simulator.build import build_simulation, build_topology  # noqa: E402
 from simulator.policy import Decision  # noqa: E402
 from workloads.io import atomic_write_json  # noqa: E402

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pacml.agent.env import compose_sim_config
+from pacml.agent.policy import PacMLPolicy
 from pacml.critic import CriticPolicy
-from pacml.env import compose_sim_config
-from pacml.policy import PacMLPolicy
 from simulator.build import build_simulation
 
 

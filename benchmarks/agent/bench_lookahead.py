@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pacml.env import compose_sim_config
+from pacml.agent.env import compose_sim_config
 from simulator.build import (
     build_feasibility,
     build_policy,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pacml.env import compose_sim_config
-from pacml.policy import PacMLPolicy
+from pacml.agent.env import compose_sim_config
+from pacml.agent.policy import PacMLPolicy
 from simulator.build import (
     build_feasibility,
     build_policy,

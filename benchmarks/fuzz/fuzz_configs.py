@@ -308,7 +308,7 @@ def with_train_base(args: list[str], tmp: Path) -> list[str]:
 
 def train_run(tmp: Path) -> Path:
     """A short ``pacml-train`` run (:data:`TRAIN_BASE`) that the resume pieces continue."""
-    from pacml.train import COMMAND, train_from_config
+    from pacml.agent.train import COMMAND, train_from_config
     from simulator.cli import preflight
 
     run = tmp / TRAIN_RUN
@@ -348,7 +348,7 @@ def train_entry() -> Callable[[list[str]], None]:
     import itertools
     import shutil
 
-    from pacml.train import COMMAND, PROG, refuse_sim_only_keys, train_from_config
+    from pacml.agent.train import COMMAND, PROG, refuse_sim_only_keys, train_from_config
     from simulator.cli import preflight, report_user_errors
 
     root = Path(tempfile.gettempdir()) / "pacml-fuzz-train-out"
@@ -768,7 +768,7 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
     if command == "pacml-sim":
         from simulator.run import COMMAND as cmd
     elif command == "pacml-train":
-        from pacml.train import COMMAND as cmd
+        from pacml.agent.train import COMMAND as cmd
     else:
         from pacml.distill import command as make
         cmd = make()

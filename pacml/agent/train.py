@@ -28,7 +28,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pacml.ppo_config import PPOConfig
+from pacml.agent.ppo_config import PPOConfig
 from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
 from simulator.cli import HydraCommand, fail, preflight, report_user_errors
 from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules, instantiate_checked
@@ -131,7 +131,7 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
         started_at: ``perf_counter()`` value the session's time budget counts from (default: when
             the trainer is created).
     """
-    from pacml.ppo import Trainer  # lazy: torch
+    from pacml.agent.ppo import Trainer  # lazy: torch
 
     resume = cfg.get("resume")
     changed: list[str] = []

@@ -32,8 +32,8 @@ from gymnasium import spaces
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pacml.features import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
-from pacml.rewards import JobAcceptance, StepOutcome
+from pacml.agent.features import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
+from pacml.agent.rewards import JobAcceptance, StepOutcome
 from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
 from simulator.feasibility import MaskKind
 from simulator.policy import Decision
@@ -42,7 +42,7 @@ from workloads.jobs import JobSpec
 
 #: Training episodes draw simulation seeds at or above this; evaluation seeds lie below it.
 TRAIN_SEED_LOW = 1_000_000
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def compose_sim_config(overrides: Sequence[str] = ()) -> DictConfig:
@@ -101,12 +101,12 @@ class ClusterEnv(gym.Env[dict, int]):
             default (paper scenario) with ``overrides``.
         overrides: Hydra overrides used when ``sim_config`` is ``None`` (e.g. ``["beta=C"]``).
         mask: Feasibility mask the agent acts under (``feasible``, ``placeable`` or ``paper``).
-        reward: Reward function of a :class:`~pacml.rewards.StepOutcome` (default +1/-1).
+        reward: Reward function of a :class:`~pacml.agent.rewards.StepOutcome` (default +1/-1).
         share_with: Another environment of the same config whose placer/lookahead caches,
             workload and encoder this one shares (parallel environments warm one cache).
         placement_candidates: 0: the action is the degree and first-fit places the job.
             ``K > 0``: learned placement; the action picks one of the first ``K`` free blocks of
-            a degree and the job is placed inside it (``pacml.features.placement_candidates``).
+            a degree and the job is placed inside it (``pacml.agent.features.placement_candidates``).
         condition_sampler: Draws each training episode's condition (Hydra overrides of the
             simulator config, on this env's cluster) from the env's RNG, e.g.
             :class:`pacml.adaptive.ClusterConditions`. ``None``: every episode runs ``sim_config``.

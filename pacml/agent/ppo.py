@@ -39,11 +39,11 @@ from torch.distributions import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from pacml.env import ClusterEnv, compose_condition
-from pacml.model import ActorCritic, graph_data
-from pacml.policy import PacMLPolicy, save_policy
-from pacml.ppo_config import PPOConfig
-from pacml.rewards import JobAcceptance
+from pacml.agent.env import ClusterEnv, compose_condition
+from pacml.agent.model import ActorCritic, graph_data
+from pacml.agent.policy import PacMLPolicy, save_policy
+from pacml.agent.ppo_config import PPOConfig
+from pacml.agent.rewards import JobAcceptance
 from pacml.runfiles import (
     CHECKPOINT,
     PREVIOUS_CHECKPOINT,

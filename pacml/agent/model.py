@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 
-from pacml.features import (
+from pacml.agent.features import (
     ACTION_FEATURES,
     EDGE_FEATURES,
     GLOBAL_FEATURES,

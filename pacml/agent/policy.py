@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pacml.features import Encoder
+from pacml.agent.features import Encoder
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError
 from simulator.policy import Decision
@@ -28,14 +28,14 @@ from workloads.jobs import JobSpec
 if TYPE_CHECKING:
     import torch
 
-    from pacml.model import ActorCritic
+    from pacml.agent.model import ActorCritic
 
 log = logging.getLogger(__name__)
 
 POLICY_FORMAT = "pacml-policy"
 POLICY_VERSION = 1
 #: Where shipped checkpoints live (``pacml/checkpoints/<name>/policy.pt``).
-SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
 #: Former names of shipped checkpoints. The learned *job placement* agents (which block a job
 #: gets) were called ``paper_beta*_placement`` before op placement (which device runs each op,
 #: ``pacml-place``) existed; the old names still load, with a warning.
@@ -130,7 +130,7 @@ def load_policy(path: str | Path, field: str = "policy.checkpoint") -> tuple[Act
     """Load a policy checkpoint: the model (eval mode), its encoder and its metadata; a bad ``path`` is a
     ConfigError on ``field`` (the key that named it)."""
     payload = load_payload(path, "policy.pt", POLICY_FORMAT, "policy", field)
-    from pacml.model import ActorCritic
+    from pacml.agent.model import ActorCritic
 
     model = ActorCritic(**payload["model_config"])
     model.load_state_dict(payload["model"])
@@ -222,7 +222,7 @@ class PacMLPolicy:
         if emb is None:
             import torch
 
-            from pacml.model import graph_data
+            from pacml.agent.model import graph_data
 
             with torch.no_grad():
                 emb = self.model.embed([graph_data(self.encoder.graph(job.graph))])

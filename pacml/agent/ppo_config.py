@@ -1,7 +1,7 @@
 """PPO hyper-parameters (``pacml-train``'s ``ppo`` section), apart from the training loop.
 
 Kept free of torch so that ``pacml-train`` checks its config (the key rules come from this
-dataclass) before the seconds of importing torch (:mod:`pacml.ppo` re-exports it).
+dataclass) before the seconds of importing torch (:mod:`pacml.agent.ppo` re-exports it).
 """
 
 from __future__ import annotations
