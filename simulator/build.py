@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from simulator.allocation.first_fit import OpPlacer
+from simulator.allocation.first_fit import FirstFitAllocator
 from simulator.allocation.op_placer import build_block_op_placer
 from simulator.comm import RampCommModel
 from simulator.config import MAX_TIME_SCALE, import_target, instantiate_checked
@@ -84,7 +84,7 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
         if knobs.placement not in ("op_first_fit", "block"):
             raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {knobs.placement!r}")
         op_placer = build_block_op_placer(knobs.op_placer, topology, partitioner, knobs.placement)
-        placer = OpPlacer(topology, partitioner, knobs.placement, op_placer)  # type: ignore[arg-type]
+        placer = FirstFitAllocator(topology, partitioner, knobs.placement, op_placer)  # type: ignore[arg-type]
     except ConfigError:
         raise
     except ValueError as exc:

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.allocation.first_fit import OpPlacer, Placement
+from simulator.allocation.first_fit import FirstFitAllocator, Placement
 from simulator.errors import ConfigError
 from simulator.step_model import StepModel, StepResult
 from simulator.topology import Block, RampTopology
@@ -90,7 +90,7 @@ class Feasibility:
         ConfigError: (field ``sim.hetero_block_search``) the bound is not an integer >= 0.
     """
 
-    def __init__(self, topology: RampTopology, placer: OpPlacer, step_model: StepModel,
+    def __init__(self, topology: RampTopology, placer: FirstFitAllocator, step_model: StepModel,
                  hetero_block_search: int = DEFAULT_HETERO_BLOCK_SEARCH) -> None:
         if isinstance(hetero_block_search, bool) or not isinstance(hetero_block_search, int) or hetero_block_search < 0:
             raise ConfigError(f"must be an integer >= 0, got {hetero_block_search!r}", field="sim.hetero_block_search")

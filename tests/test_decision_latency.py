@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.allocation.first_fit import OpPlacer, Placement, _KeptBlocks, placement_signature
+from simulator.allocation.first_fit import FirstFitAllocator, Placement, _KeptBlocks, placement_signature
 from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.build import SimKnobs, build_feasibility
 from simulator.comm import RampCommModel
@@ -47,7 +47,7 @@ def reference_signature(op_servers: tuple[tuple[int, ...], ...], coords: tuple[t
     return tuple(tuple(local[s] for s in servers) for servers in op_servers), tuple(shape)
 
 
-def reference_place(placer: OpPlacer, graph: TrainingGraph, degree: int, occupied: int) -> Placement | None:
+def reference_place(placer: FirstFitAllocator, graph: TrainingGraph, degree: int, occupied: int) -> Placement | None:
     """Op first fit as it was: every free block listed by scanning every block, memory in a dict
     with a default per read, ``all(...)`` per block."""
     topo = placer.topology
@@ -99,10 +99,10 @@ TOPOLOGIES = {
     "4x4x4_tight": lambda: RampTopology(4, 4, 4, memory_capacity_bytes=1.5e9, max_degree=32),
     "3x5x4": lambda: RampTopology(3, 5, 4, max_degree=60),
 }
-_PLACERS: dict[str, OpPlacer] = {}
+_PLACERS: dict[str, FirstFitAllocator] = {}
 
 
-def _placer(name: str) -> OpPlacer:
+def _placer(name: str) -> FirstFitAllocator:
     if name not in _PLACERS:
         _PLACERS[name] = build_feasibility(TOPOLOGIES[name](), PAPER_KNOBS).placer
     return _PLACERS[name]

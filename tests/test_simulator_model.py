@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.allocation.first_fit import OpPlacer, block_region
+from simulator.allocation.first_fit import FirstFitAllocator, block_region
 from simulator.build import SimKnobs, build_feasibility
 from simulator.comm import RampCommModel
 from simulator.errors import ConfigError
@@ -239,7 +239,7 @@ def test_step_model_cache_is_keyed_by_degree(paper_feasibility) -> None:
     (graph,) = load_graph_set("alexnet", time_unit_s=1.0)
     tg = TrainingGraph(graph)
     sm: StepModel = paper_feasibility.step_model
-    placer: OpPlacer = paper_feasibility.placer
+    placer: FirstFitAllocator = paper_feasibility.placer
     t2 = sm.step(tg, 2, placer.place(tg, 2, 0)).step_time_s
     t4 = sm.step(tg, 4, placer.place(tg, 4, 0)).step_time_s
     assert t4 < t2

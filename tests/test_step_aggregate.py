@@ -208,7 +208,7 @@ def test_random_small_graphs(job: tuple[TrainingGraph, int, str, int]) -> None:
 
 def test_wide_split_on_the_largest_ramp() -> None:
     """A 128-way split job on 64 x 64 x 16 = 65,536 servers, symmetric and not."""
-    from simulator.allocation.first_fit import OpPlacer
+    from simulator.allocation.first_fit import FirstFitAllocator
     from simulator.comm import RampCommModel
     from simulator.step_model import StepModel
 
@@ -219,7 +219,7 @@ def test_wide_split_on_the_largest_ramp() -> None:
     for quirks in (True, False):
         part = Partitioner(1e-3, "activation")
         sm = StepModel(part, RampCommModel(topo, double_bandwidth_division=quirks, rack_index_only=quirks))
-        placer = OpPlacer(topo, part)
+        placer = FirstFitAllocator(topo, part)
         splits = part.splits(graph, 128).tolist()
         assert splits == [128, 128, 1]
         block = [(c * 64 + r) * 16 for c in range(16) for r in range(8)]  # a 16 x 8 x 1 block

@@ -3,7 +3,7 @@
 Each cluster runs in a fresh process (so its peak resident memory is its own). A job stream of
 the paper's five graphs at degrees drawn uniformly from the cluster's degrees is placed in block
 mode (``scenario=physical`` knobs) against a cluster kept between ~60% and ~90% busy: jobs are
-placed (``OpPlacer.place``: first-fit free-block search, then the placement shifted into the
+placed (``FirstFitAllocator.place``: first-fit free-block search, then the placement shifted into the
 block) until one fails or 90% are busy, then random running jobs leave down to 60%. Reported per
 cluster: topology build time and memory (tracemalloc), the first call (loading the compiled
 kernels), first fit of the largest degree on an empty cluster, and the wall time of ``place``

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.allocation.first_fit import OpPlacer, Placement
+from simulator.allocation.first_fit import FirstFitAllocator, Placement
 from simulator.comm import RampCommModel
 from simulator.partition import Partitioner
 from simulator.step_model import StepModel
@@ -67,7 +67,7 @@ def measure(graph: TrainingGraph, degree: int, topology: RampTopology, comm: Ram
     step_model = StepModel(partitioner, comm)
     servers = first_block_servers(topology, degree)
     splits = partitioner.splits(graph, degree)
-    placer = OpPlacer(topology, partitioner)
+    placer = FirstFitAllocator(topology, partitioner)
     placement: Placement = placer.make_placement(tuple(tuple(servers[:k]) for k in splits.tolist()))
     out: dict[str, Any] = {"graph": graph.name, "degree": degree, "max_split": int(splits.max()),
                            "sub_ops": int(2 * splits.sum())}

@@ -14,7 +14,7 @@ Usage::
     python benchmarks/sim/bench_streaming.py memory --jobs 100000 1000000 [--memory-sink]
         [--placement-cache N] [--json out.json]
 
-``--placement-cache N`` caps the op placer's cache (``OpPlacer.MAX_CACHE_ENTRIES``, 200,000 by
+``--placement-cache N`` caps the first-fit allocator's cache (``FirstFitAllocator.MAX_CACHE_ENTRIES``, 200,000 by
 default) to separate its memory from the simulation's own.
 """
 
@@ -39,11 +39,11 @@ import json, resource, sys, time
 from pathlib import Path
 from hydra import compose, initialize_config_dir
 from simulator.build import build_policy, build_simulation
-from simulator.allocation.first_fit import OpPlacer
+from simulator.allocation.first_fit import FirstFitAllocator
 from simulator.records import CsvStreamSink
 conf, out, overrides, memory_sink, cache = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
 if cache > 0:
-    OpPlacer.MAX_CACHE_ENTRIES = cache
+    FirstFitAllocator.MAX_CACHE_ENTRIES = cache
 with initialize_config_dir(config_dir=conf, version_base=None):
     cfg = compose(config_name="sim", overrides=overrides)
 sink = None if memory_sink else CsvStreamSink(Path(out) / "jobs.csv")
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="+", default=None)
     ap.add_argument("--interarrival", type=float, default=0.06, help="mean_interarrival_s (blocking ~0.4)")
     ap.add_argument("--memory-sink", action="store_true", help="keep records in memory (as before streaming)")
-    ap.add_argument("--placement-cache", type=int, default=0, help="cap OpPlacer.MAX_CACHE_ENTRIES (0: default)")
+    ap.add_argument("--placement-cache", type=int, default=0, help="cap FirstFitAllocator.MAX_CACHE_ENTRIES (0: default)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.what == "sinks":

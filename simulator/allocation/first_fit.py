@@ -23,7 +23,7 @@ is a single sub-op and first fit's chaining puts each op on the server of its fi
 edge order) that still has memory for it, and a source op (or one whose parents' servers are
 full) on the first server of the block, in first-fit order, with room. While memory lasts every
 op therefore runs on the block's first server, and the job times as on one server. The job still
-holds its whole block (:meth:`OpPlacer._hold_block`), so a placer may spread its ops over it.
+holds its whole block (:meth:`FirstFitAllocator._hold_block`), so a placer may spread its ops over it.
 
 An explicit block from a policy (learned placement) restricts the job to that block in either mode.
 
@@ -254,8 +254,8 @@ class _BoundedCache(dict):
         self.size_bytes = 0
 
 
-class OpPlacer:
-    """First-fit op placement.
+class FirstFitAllocator:
+    """First-fit job allocation: the servers a job gets, and first fit's server for each of its sub-ops.
 
     Free blocks are searched on the occupancy grid (:class:`simulator.allocation.free_blocks.FreeBlockIndex`),
     never by enumerating blocks. Under ``first_fit`` a job confined to a block (mode ``block``, or a

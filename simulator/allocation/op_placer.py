@@ -38,7 +38,7 @@ constraint (a placer puts each group on one device independently), so:
 With ``sim.split_ops=false`` (``scenario=model_parallel``) no op is split, so at every degree
 above 1 every op is unsplit, hence free, and carries its whole compute: the placer decides the
 server of every op (GDP-style model parallelism), and the job holds its whole block either way
-(:meth:`simulator.allocation.first_fit.OpPlacer._hold_block`).
+(:meth:`simulator.allocation.first_fit.FirstFitAllocator._hold_block`).
 
 A placement that still moves a fixed sub-op (a placer ignoring ``time_s``) has it put back; one
 that breaks a group or (after snapping) a server's memory is replaced by first fit. All three
