@@ -54,3 +54,64 @@ def test_running_the_simulator_loads_neither_torch_nor_gymnasium() -> None:
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
+
+
+def _project_imports(path: Path) -> set[str]:
+    """Dotted names of the project modules ``path`` imports, at any level (not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in out if name.split(".")[0] in ("pacml", "simulator", "workloads", "analysis")}
+
+
+def _importers(package: str, module: str) -> set[str]:
+    """Files of ``package`` that import ``module`` (or something inside it)."""
+    return {path.relative_to(ROOT).as_posix() for path in sorted((ROOT / package).rglob("*.py"))
+            if any(n == module or n.startswith(module + ".") for n in _project_imports(path))}
+
+
+def test_the_command_plumbing_is_imported_by_the_entry_points_only() -> None:
+    """simulator/cli.py (argv, Hydra preflight, exit status) sits on top: nothing below imports it back."""
+    assert _importers("simulator", "simulator.cli") <= {"simulator/run.py", "simulator/place/cli.py"}
+    assert not _importers("workloads", "simulator.cli") and not _importers("analysis", "simulator.cli")
+
+
+#: The leaves of simulator/: what each may import of the project.
+LEAVES = {
+    "simulator/errors.py": set(),
+    "simulator/estimate.py": set(),
+    "simulator/config.py": {"simulator.errors", "simulator.estimate", "workloads.errors"},
+}
+
+
+@pytest.mark.parametrize("rel", sorted(LEAVES))
+def test_the_config_leaves_import_nothing_above_them(rel: str) -> None:
+    found = {name for name in _project_imports(ROOT / rel)
+             if not any(name == ok or name.startswith(ok + ".") for ok in LEAVES[rel])}
+    assert not found, f"{rel} imports {sorted(found)}"
+
+
+#: Job allocation (which servers a job gets) sits below the cluster state, the simulation loop and the
+#: policies; op placement (simulator/place/: which device runs each op) sits below job allocation.
+BELOW = {
+    "simulator/allocation": ("simulator.cluster", "simulator.simulation", "simulator.policy", "simulator.policies",
+                             "simulator.feasibility", "simulator.records", "simulator.build", "simulator.run",
+                             "simulator.cli"),
+    "simulator/place": ("simulator.allocation", "simulator.cluster", "simulator.simulation", "simulator.policy",
+                        "simulator.policies", "simulator.feasibility", "simulator.build", "simulator.run"),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(BELOW))
+def test_allocation_and_op_placement_keep_their_layer(folder: str) -> None:
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        bad = {n for n in _project_imports(path) if any(n == m or n.startswith(m + ".") for m in BELOW[folder])}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
