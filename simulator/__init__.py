@@ -9,7 +9,7 @@ Read it bottom up; each layer imports only the ones above it in this list
 * the cluster model: :mod:`~simulator.topology` (servers, symmetric blocks), :mod:`~simulator.comm`,
   :mod:`~simulator.partition` (splitting a job's ops), :mod:`~simulator.step_model` (a job's
   training-step time);
-* :mod:`simulator.place`: op placement, which device runs each op (``pacml-place``);
+* :mod:`simulator.place`: op placement, which device runs each op (``pacml place``);
 * :mod:`simulator.allocation`: job allocation, which servers a job gets (first fit, free blocks,
   an op placer inside the job's block);
 * :mod:`~simulator.feasibility`, :mod:`~simulator.cluster` (occupancy and the policy's snapshot),

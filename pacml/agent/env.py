@@ -47,7 +47,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 def compose_sim_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The simulator config (``conf/sim.yaml`` of this package, never a user's ``--config-dir``)
-    with Hydra overrides, inside or outside a Hydra app (``pacml-train`` draws random conditions
+    with Hydra overrides, inside or outside a Hydra app (``pacml train`` draws random conditions
     inside one: there a private config loader leaves the app's global Hydra state alone)."""
     from hydra.core.global_hydra import GlobalHydra
 

@@ -1,6 +1,6 @@
 """Observation encoding: a pure function of ``(job, ClusterState)``.
 
-The same encoder feeds the Gymnasium environment (training) and the policy plug-in (``pacml-sim``),
+The same encoder feeds the Gymnasium environment (training) and the policy plug-in (``pacml sim``),
 so a trained agent sees identical inputs in both.
 
 * **Graph** (the job's unpartitioned training graph, cached per graph): node features

@@ -1,6 +1,6 @@
 """The per-beta learned policy behind the simulator's policy interface (``policy=pacml_beta``).
 
-``PacMLPolicy`` loads a policy checkpoint written by ``pacml-train`` and decides each arriving
+``PacMLPolicy`` loads a policy checkpoint written by ``pacml train`` and decides each arriving
 job from the same encoder the environment uses. Graph embeddings are cached per graph (they do
 not depend on the cluster), so a decision costs one small MLP pass plus feature building.
 
@@ -38,10 +38,10 @@ POLICY_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
 #: Former names of shipped checkpoints. The learned *job placement* agents (which block a job
 #: gets) were called ``paper_beta*_placement`` before op placement (which device runs each op,
-#: ``pacml-place``) existed; the old names still load, with a warning.
+#: ``pacml place``) existed; the old names still load, with a warning.
 RENAMED_CHECKPOINTS = {f"paper_beta{b}_placement": f"paper_beta{b}_block" for b in "ABCD"}
 #: The degree agents' checkpoint files: kind (for messages) and the policy config that runs them.
-#: ``policy=pacml`` is the adaptive agent; the per-beta agents (``pacml-train``) are ``policy=pacml_beta``.
+#: ``policy=pacml`` is the adaptive agent; the per-beta agents (``pacml train``) are ``policy=pacml_beta``.
 DEGREE_AGENT_FILES = {"policy.pt": ("a per-beta policy", "pacml_beta"),
                       "adaptive.npz": ("an adaptive", "pacml")}
 #: The name the per-condition configs (conf/policy/pacml_beta.yaml, pacml_critic.yaml, ...) give a run
@@ -49,8 +49,8 @@ DEGREE_AGENT_FILES = {"policy.pt": ("a per-beta policy", "pacml_beta"),
 UNNAMED_BETA = "unnamed"
 #: Per file kind: the shipped-name pattern of the configs' default for the run's condition
 #: (``{scenario_family}_beta{beta.name}``), and the command that trains one for another condition.
-_PER_CONDITION_NAME = {"policy.pt": (r"([a-z]+)_beta(\w+?)", "pacml-train"),
-                       "critic.pt": (r"([a-z]+)_beta(\w+?)_critic", "pacml-distill")}
+_PER_CONDITION_NAME = {"policy.pt": (r"([a-z]+)_beta(\w+?)", "pacml train"),
+                       "critic.pt": (r"([a-z]+)_beta(\w+?)_critic", "pacml distill")}
 
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:

@@ -573,7 +573,7 @@ class Trainer:
                                "torch_rng", "np_rng", "envs", "graph_keys")
                    if not isinstance(state, dict) or k not in state]
         if not isinstance(state, dict) or state.get("format") != "pacml-train" or missing:
-            raise CheckpointError(f"{path}: not a pacml-train checkpoint"
+            raise CheckpointError(f"{path}: not a pacml train checkpoint"
                                   + (f" (missing {', '.join(missing)})" if missing else ""))
         try:
             self.model.load_state_dict(state["model"])
@@ -791,7 +791,7 @@ class Trainer:
         if worse:
             log.warning("policy.pt validates at %.4f blocking, worse than its warm-start rule min_feasible(%d) at "
                         "%.4f on the same episodes: it is no better than that rule (train longer with "
-                        "ppo.time_budget_s, or run the rule: pacml-sim policy=min_feasible +policy.min_degree=%d)",
+                        "ppo.time_budget_s, or run the rule: pacml sim policy=min_feasible +policy.min_degree=%d)",
                         self.best_val, self.teacher_min_degree, self.teacher_val, self.teacher_min_degree)
         log.info("stopped by %s after %.1f s (budget %s); phases (s): %s", stopped_by, self.elapsed_s,
                  "none" if cfg.time_budget_s is None else f"{cfg.time_budget_s:g} s",

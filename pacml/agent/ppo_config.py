@@ -1,6 +1,6 @@
-"""PPO hyper-parameters (``pacml-train``'s ``ppo`` section), apart from the training loop.
+"""PPO hyper-parameters (``pacml train``'s ``ppo`` section), apart from the training loop.
 
-Kept free of torch so that ``pacml-train`` checks its config (the key rules come from this
+Kept free of torch so that ``pacml train`` checks its config (the key rules come from this
 dataclass) before the seconds of importing torch (:mod:`pacml.agent.ppo` re-exports it).
 """
 

@@ -1,11 +1,11 @@
-"""``pacml-train``: train a PAC-ML agent with PPO (Hydra app, config ``conf/train.yaml``).
+"""``pacml train``: train a PAC-ML agent with PPO (Hydra app, config ``conf/train.yaml``).
 
 Examples::
 
-    pacml-train beta=C                                 # paper scenario, beta C, 1 h budget
-    pacml-train beta=D ppo.total_steps=20000 ppo.time_budget_s=300
-    pacml-train resume=outputs/train/<run>             # continue exactly where it stopped
-    pacml-train resume=outputs/train/<run> ppo.time_budget_s=5400   # extend a finished run
+    pacml train beta=C                                 # paper scenario, beta C, 1 h budget
+    pacml train beta=D ppo.total_steps=20000 ppo.time_budget_s=300
+    pacml train resume=outputs/train/<run>             # continue exactly where it stopped
+    pacml train resume=outputs/train/<run> ppo.time_budget_s=5400   # extend a finished run
 
 The run directory (Hydra's) receives ``checkpoint.pt`` (everything needed to resume; the one
 before is kept as ``checkpoint.prev.pt``), ``policy.pt`` (best by validation blocking rate),
@@ -54,7 +54,7 @@ PPO_RANGES = {
     "eval_seeds": Rule(list[int], low=0, non_empty=True), "seed": Rule(int, low=0), "torch_threads": _COUNT,
     "condition_jobs": _COUNT, "val_conditions": _COUNT,
 }
-#: What ``pacml-train``'s config holds, for the one check before any work (simulator/schema.py).
+#: What ``pacml train``'s config holds, for the one check before any work (simulator/schema.py).
 COMMAND = HydraCommand(
     PROG, "train",
     keys={**SIM_KEYS, "resume": Rule(str | None, non_empty=True), **dataclass_rules("ppo", PPOConfig, PPO_RANGES)},
@@ -196,11 +196,11 @@ def _hydra_main(cfg: DictConfig) -> None:
                                                        started_at))
 
 
-#: Keys of ``conf/sim.yaml`` that ``pacml-train`` composes but never reads: set on its command line, they
+#: Keys of ``conf/sim.yaml`` that ``pacml train`` composes but never reads: set on its command line, they
 #: would be silently ignored, so they are refused (key -> what to do instead).
 SIM_ONLY_KEYS = {
     "policy": "it trains its own agent, set in the ppo section",
-    "experiment": "experiments preset pacml-sim sweeps",
+    "experiment": "experiments preset pacml sim sweeps",
     "out_dir": "it writes into hydra.run.dir=DIR",
     "skip_finished": "resume a run with resume=RUN",
 }
@@ -214,11 +214,11 @@ def refuse_sim_only_keys(argv: list[str]) -> None:
         key = arg.split("=", 1)[0].lstrip("+~")
         top = key.split(".", 1)[0].split("@", 1)[0]
         if top in SIM_ONLY_KEYS:
-            fail(PROG, f"{arg!r}: pacml-train would ignore {top}, a pacml-sim setting ({SIM_ONLY_KEYS[top]})")
+            fail(PROG, f"{arg!r}: pacml train would ignore {top}, a pacml sim setting ({SIM_ONLY_KEYS[top]})")
 
 
 def main() -> None:
-    """Console entry point (``pacml-train``)."""
+    """Console entry point (``pacml train``)."""
     refuse_sim_only_keys(sys.argv[1:])
     preflight(COMMAND, sys.argv[1:])
     _hydra_main()
