@@ -676,7 +676,7 @@ class AdaptivePolicy:
                 raise ConfigError(f"must be a finite number >= 0 or null, got {value!r}", field=f"policy.{name}")
         if shadow_novelty is not None and weights.reference is None:
             raise ConfigError(f"{checkpoint} holds no reference conditions (retrain or refit it with "
-                              "pacml-train-adaptive), so policy.shadow_novelty cannot be used: set it to null",
+                              "pacml train-adaptive), so policy.shadow_novelty cannot be used: set it to null",
                               field="policy.shadow_novelty")
         if shadow_novel_margin is not None and (not isinstance(shadow_novel_margin, int)
                                                 or isinstance(shadow_novel_margin, bool) or shadow_novel_margin < 0):
