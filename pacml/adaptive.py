@@ -1149,20 +1149,3 @@ def _teacher_result(overrides: Sequence[str], seeds: Sequence[int], rules: list[
     return {"overrides": list(overrides), "seeds": [int(s) for s in seeds], "rules": [r.label for r in rules],
             "rule_features": np.stack([rule_features(r, topology) for r in rules]),
             "blocking": blocking, "end_blocking": end, "horizon_s": horizon_s, "conditions": cond[np.sort(keep)]}
-
-
-def label_blocking(blocking: NDArray[np.float64], end_blocking: NDArray[np.float64] | None,
-                   horizon_s: float | None, label_horizon_s: float | None) -> NDArray[np.float64]:
-    """Blocking rates as an episode of ``label_horizon_s`` would count them.
-
-    With the paper's accounting, jobs still running at the horizon count as blocked
-    (``end_blocking``, part of ``blocking``). About as many run at any horizon, so in an episode
-    ``label_horizon_s / horizon_s`` times longer they are that much smaller a share. Short training
-    episodes on big clusters otherwise rank rules by how few jobs they leave running at the end:
-    on the 512-server RAMP with beta C, 500 arrivals rank ``min_feasible(28)`` first, while over
-    4,000 arrivals, and over 500 without the end term, ``min_feasible(8)`` wins.
-    ``label_horizon_s=None`` (or no end term recorded, or a longer episode): ``blocking`` as is.
-    """
-    if label_horizon_s is None or end_blocking is None or horizon_s is None or horizon_s >= label_horizon_s:
-        return blocking
-    return blocking - end_blocking * (1.0 - horizon_s / label_horizon_s)

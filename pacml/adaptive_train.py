@@ -32,7 +32,6 @@ from pacml.adaptive import (
     WINDOW,
     NeighbourTable,
     SelectorWeights,
-    label_blocking,
     sample_condition,
     save_adaptive,
     teacher_search,
@@ -70,7 +69,6 @@ class AdaptiveTrainConfig:
     core_frac: float = 0.0
     scenario: str = "paper"
     window: int = WINDOW
-    label_horizon_s: float | None = None
     neighbours: int | None = None
     block_search: int = 0
 
@@ -115,16 +113,13 @@ def load_condition(path: Path) -> dict[str, Any]:
     """One teacher-search result file."""
     with np.load(path, allow_pickle=False) as data:
         out = {k: data[k] for k in ("blocking", "rule_features", "conditions")}
-        # Searches before the end-of-horizon split: no end term known (labels stay as simulated).
-        out["end_blocking"] = data["end_blocking"] if "end_blocking" in data.files else None
         out |= json.loads(bytes(data["meta"]).decode())
     return out
 
 
 def labels(result: dict[str, Any], cfg: AdaptiveTrainConfig) -> np.ndarray:
-    """Mean blocking per rule of one condition, as the fit sees it (:func:`pacml.adaptive.label_blocking`)."""
-    return label_blocking(result["blocking"], result.get("end_blocking"), result.get("horizon_s"),
-                          cfg.label_horizon_s).mean(axis=1)
+    """Mean blocking per rule of one condition, as the fit sees it (over its training seeds)."""
+    return result["blocking"].mean(axis=1)
 
 
 def run_until(worker: Any, tasks: list[Any], workers: int, deadline: float, on_result: Any = None) -> list[Any]:
@@ -309,7 +304,7 @@ def selector_regret(weights: SelectorWeights, results: list[dict[str, Any]], cfg
 
 def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | None = None) -> dict[str, float]:
     """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
-    cfg = cfg or AdaptiveTrainConfig(label_horizon_s=None)
+    cfg = cfg or AdaptiveTrainConfig()
     out: dict[str, float] = {}
     common = set.intersection(*(set(r["rules"]) for r in results)) if results else set()
     for label in sorted(common):
@@ -379,7 +374,7 @@ CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
 #: Retired settings and the value that turned them off: a saved run config (resume, refit) holding one
 #: at that value loads without it; at any other value it cannot be reproduced, so it is refused.
-RETIRED = {"tune_neighbours": False}
+RETIRED = {"tune_neighbours": False, "label_horizon_s": None}
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
@@ -421,7 +416,6 @@ def command() -> Any:
               "torch_threads": count, "batch_rows": count, "minibatch_rows": Rule(int | None, low=1),
               "core_frac": Rule(float, low=0.0, high=1.0),
               "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
-              "label_horizon_s": Rule(float | None, low=0.0, low_open=True),
               "neighbours": Rule(int | None, low=1), "block_search": Rule(int, low=0)}
     keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
             "refit": Rule(str | None, non_empty=True),
@@ -480,6 +474,9 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
             source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
             given = override_keys(overrides or [])
             for key, value in source.get("adaptive", {}).items():
+                if key in RETIRED and value != RETIRED[key]:
+                    raise ConfigError(f"was retired (measured no better); {cfg.refit} was searched with it on",
+                                      field=f"adaptive.{key}")
                 if f"adaptive.{key}" not in given and key in cfg.adaptive:
                     OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)
     data = OmegaConf.to_container(cfg.adaptive, resolve=True)

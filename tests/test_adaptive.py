@@ -21,7 +21,6 @@ from pacml.adaptive import (
     Rule,
     SelectorWeights,
     ShadowCluster,
-    label_blocking,
     load_adaptive,
     rule_candidates,
     rule_features,
@@ -616,15 +615,6 @@ def test_teacher_search_equals_one_simulation_per_rule(over) -> None:
     assert (fast["end_blocking"].max() > 0) == ("scenario=paper" in over)
 
 
-def test_labels_count_the_end_of_horizon_term_for_the_label_horizon() -> None:
-    """A job running at the horizon is as many jobs in a longer episode, a smaller share of it."""
-    blocking, end = np.array([[0.30, 0.20]]), np.array([[0.10, 0.05]])
-    np.testing.assert_allclose(label_blocking(blocking, end, 2.5e5, 1e6), [[0.225, 0.1625]])
-    for horizon, label in ((2.5e5, None), (1e6, 1e6), (2e6, 1e6)):  # off, or not shorter: as simulated
-        assert label_blocking(blocking, end, horizon, label) is blocking
-    assert label_blocking(blocking, None, 2.5e5, 1e6) is blocking  # searches that did not record the term
-
-
 def _synthetic_results(n: int, rng: np.random.Generator) -> list[dict]:
     """Conditions whose best rule is rule 0 when condition feature 5 is high, else rule 2."""
     out = []
@@ -807,8 +797,8 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     saved = OmegaConf.load(refit / "train_config.yaml")
     assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows, saved.refit) == (4, 8, str(source))
     # A run saved with a retired setting resumes without it at the value that turned it off, and not
-    # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds tune_neighbours: false).
-    for key, off, on in (("tune_neighbours", False, True),):
+    # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds both, off).
+    for key, off, on in (("tune_neighbours", False, True), ("label_horizon_s", None, 1.0e6)):
         saved.adaptive[key] = off
         OmegaConf.save(saved, refit / "train_config.yaml")
         train_from_config(resume, refit, [f"resume={refit}"])
