@@ -2,7 +2,7 @@
 
 ``pacml.agent.env.ClusterEnv`` wraps the simulator as a Gymnasium environment (registered as
 ``pacml/JobPartition-v0``), ``pacml.agent.model`` holds the PyG actor-critic, ``pacml.agent.ppo`` the training
-loop, and ``pacml.agent.policy.PacMLPolicy`` runs a trained agent behind the simulator's policy interface.
+loop, and ``pacml.agent.policy.PacMLBetaPolicy`` runs a trained agent behind the simulator's policy interface.
 
 The environment is registered on ``import pacml`` (cheap: no torch, no simulator). Gymnasium
 >= 1.0 has no plug-in entry points any more (``gymnasium.envs`` entry points were dropped in

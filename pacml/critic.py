@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from pacml.agent.features import server_features, take_features
-from pacml.agent.policy import PacMLPolicy, load_payload
+from pacml.agent.policy import PacMLBetaPolicy, load_payload
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError
 from simulator.policy import Decision
@@ -186,7 +186,7 @@ class CriticPolicy:
 
     def __init__(self, critic: str | Path | None = None, checkpoint: str | Path | None = None,
                  margin_jobs: float | None = None, critic_model: DeviationCritic | None = None,
-                 agent: PacMLPolicy | None = None) -> None:
+                 agent: PacMLBetaPolicy | None = None) -> None:
         meta: dict[str, Any] = {}
         if critic_model is None:
             if critic is None:
@@ -198,7 +198,7 @@ class CriticPolicy:
             agent_ckpt = checkpoint if checkpoint is not None else meta.get("agent_checkpoint")
             if agent_ckpt is None:
                 raise ConfigError("set policy.checkpoint=PATH (the critic names no agent)", field="policy.checkpoint")
-            agent = PacMLPolicy(agent_ckpt)
+            agent = PacMLBetaPolicy(agent_ckpt)
         if agent.encoder.placement_candidates:
             raise ConfigError("the deviation critic works with degree-only agents", field="policy.checkpoint")
         self.agent = agent
@@ -263,7 +263,7 @@ def _condition_critic(file: str, name: str) -> tuple[DeviationCritic, Any, float
     critic, meta = load_critic(file)
     if meta.get("kind") == "adaptive" or meta.get("agent_checkpoint") is None:
         raise ConfigError(f"{name} is not a per-beta critic (pacml distill)", field="policy.condition_critics")
-    encoder = PacMLPolicy(meta["agent_checkpoint"]).encoder
+    encoder = PacMLBetaPolicy(meta["agent_checkpoint"]).encoder
     config = Path(file).parent / "distill_config.yaml"
     if not config.is_file():
         raise ConfigError(f"{name}: no distill_config.yaml beside {Path(file).name} (its training condition)",

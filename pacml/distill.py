@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from pacml.agent.env import TRAIN_SEED_LOW, ClusterEnv
 from pacml.agent.features import server_features, take_features
-from pacml.agent.policy import PacMLPolicy, load_policy, save_policy
+from pacml.agent.policy import PacMLBetaPolicy, load_policy, save_policy
 from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
@@ -112,7 +112,7 @@ class DistillConfig:
 
 # ---------------------------------------------------------------------------------- phase 1
 def _planner(cfg: DistillConfig) -> RolloutLookahead:
-    agent = PacMLPolicy(cfg.checkpoint)
+    agent = PacMLBetaPolicy(cfg.checkpoint)
     return RolloutLookahead(agent, window_jobs=cfg.window_jobs, num_futures=cfg.num_futures,
                             margin_jobs=cfg.margin_jobs, seed=cfg.seed)
 
@@ -124,7 +124,7 @@ def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, p
     torch.set_num_threads(cfg.torch_threads)
     planner = _planner(cfg)
     agent = planner.default
-    assert isinstance(agent, PacMLPolicy)
+    assert isinstance(agent, PacMLBetaPolicy)
     env = ClusterEnv(sim_config, mask=agent.encoder.mask, placement_candidates=agent.encoder.placement_candidates)
     if agent.encoder.placement_candidates:
         raise ValueError("distillation supports degree-only agents (placement_candidates=0)")
@@ -223,7 +223,7 @@ def load_demos(paths: list[Path]) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------- phase 2
-def _evaluate(sim_config: DictConfig, policy: PacMLPolicy, seeds: list[int], env: ClusterEnv) -> float:
+def _evaluate(sim_config: DictConfig, policy: PacMLBetaPolicy, seeds: list[int], env: ClusterEnv) -> float:
     policy.model.eval()
     rates = [build_simulation(sim_config, seed=s, feasibility=env.feasibility, workload=env.workload)
              .run(policy).summary["blocking_rate"] for s in seeds]
@@ -278,7 +278,7 @@ def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndar
     w = torch.from_numpy(np.where(changed, cfg.change_weight, 1.0).astype(np.float32))
     n = len(y)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-    policy = PacMLPolicy(model=model, encoder=encoder)
+    policy = PacMLBetaPolicy(model=model, encoder=encoder)
     policy.meta = dict(meta)
     rows: list[dict[str, float]] = []
 
@@ -350,7 +350,7 @@ def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.n
     from pacml.critic import CriticPolicy, save_critic, train_critic
 
     torch.set_num_threads(cfg.torch_threads)
-    agent = PacMLPolicy(cfg.checkpoint)
+    agent = PacMLBetaPolicy(cfg.checkpoint)
     critic, losses = train_critic(demos, epochs=cfg.critic_epochs, hidden=cfg.critic_hidden, seed=cfg.seed)
     env = ClusterEnv(sim_config, mask=agent.encoder.mask)
     rows: list[dict[str, Any]] = []

@@ -8,7 +8,7 @@ import torch
 
 from pacml.agent.env import compose_sim_config
 from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, server_features, take_features
-from pacml.agent.policy import PacMLPolicy
+from pacml.agent.policy import PacMLBetaPolicy
 from pacml.critic import (
     CriticPolicy,
     DeviationCritic,
@@ -39,7 +39,7 @@ class _Recorder:
 
 @pytest.fixture(scope="module")
 def states():
-    rec = _Recorder(PacMLPolicy("paper_betaD"))
+    rec = _Recorder(PacMLBetaPolicy("paper_betaD"))
     build_simulation(compose_sim_config(SHORT), seed=0).run(rec)
     return rec.states
 
@@ -140,7 +140,7 @@ def test_critics_saved_without_action_statistics_still_load(tmp_path) -> None:
 
 def test_critic_with_an_infinite_margin_is_the_agent() -> None:
     cfg = compose_sim_config(SHORT)
-    agent = PacMLPolicy("paper_betaD")
+    agent = PacMLBetaPolicy("paper_betaD")
     critic = DeviationCritic(GLOBAL_FEATURES + 64, ACTION_FEATURES + 33, hidden=8)
     with_critic = build_simulation(cfg, seed=1).run(CriticPolicy(critic_model=critic, agent=agent, margin_jobs=np.inf))
     alone = build_simulation(cfg, seed=1).run(agent)
@@ -149,7 +149,7 @@ def test_critic_with_an_infinite_margin_is_the_agent() -> None:
 
 def test_critic_overrides_only_with_feasible_actions() -> None:
     """A critic that always predicts 'reject is far better' rejects every job that has a choice."""
-    agent = PacMLPolicy("paper_betaD")
+    agent = PacMLBetaPolicy("paper_betaD")
     critic = DeviationCritic(GLOBAL_FEATURES + 64, ACTION_FEATURES + 33, hidden=8)
     with torch.no_grad():
         for p in critic.parameters():

@@ -17,7 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.allocation.first_fit import FirstFitAllocator, Placement, _KeptBlocks, placement_signature
+from simulator.allocation.first_fit import (
+    FirstFitAllocator,
+    Placement,
+    _KeptBlocks,
+    placement_signature,
+)
 from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.build import SimKnobs, build_feasibility
 from simulator.comm import RampCommModel
@@ -247,11 +252,11 @@ SHIPPED_DECISIONS = {"A": "960995e8e0879a55", "B": "6b88a0ae0bb8721f", "C": "169
 @pytest.mark.parametrize("beta", sorted(SHIPPED_DECISIONS))
 def test_shipped_agents_take_the_same_decisions(beta: str) -> None:
     from pacml.agent.env import compose_sim_config
-    from pacml.agent.policy import PacMLPolicy
+    from pacml.agent.policy import PacMLBetaPolicy
     from simulator.build import build_simulation
 
     sim = build_simulation(compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=300000"]), seed=0)
-    policy = PacMLPolicy(f"paper_beta{beta}")
+    policy = PacMLBetaPolicy(f"paper_beta{beta}")
     degrees = []
     while (job := sim.next_job()) is not None:
         decision = policy.decide(job, sim.state())

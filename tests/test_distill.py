@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
-from pacml.agent.policy import PacMLPolicy, load_policy
+from pacml.agent.policy import PacMLBetaPolicy, load_policy
 from pacml.distill import DISTILL_SEED_BASE, DistillConfig, collect, imitate, load_demos
 from simulator.build import build_simulation
 from simulator.policies.lookahead import RolloutLookahead
@@ -41,7 +41,7 @@ def test_demonstrations_are_the_planners_episode(demos) -> None:
         n = len(data["action"])
         assert all(len(v) == n for v in data.values())
         assert data["mask"][np.arange(n), data["action"]].all()  # only valid actions
-        planner = RolloutLookahead(PacMLPolicy("paper_betaD"), window_jobs=20, num_futures=4, margin_jobs=0.25)
+        planner = RolloutLookahead(PacMLBetaPolicy("paper_betaD"), window_jobs=20, num_futures=4, margin_jobs=0.25)
         result = build_simulation(sim_cfg, seed=seed).run(planner)
         assert result.summary["num_decisions"] == n
         assert result.summary["blocked_by_reason"]["rejected"] == int((data["action"] == 0).sum())

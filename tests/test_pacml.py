@@ -15,7 +15,7 @@ import pacml
 from pacml.agent.env import ClusterEnv, compose_sim_config
 from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, GraphFeatures, graph_features
 from pacml.agent.model import ActorCritic, GraphEncoder, graph_data
-from pacml.agent.policy import PacMLPolicy, load_policy
+from pacml.agent.policy import PacMLBetaPolicy, load_policy
 from pacml.agent.ppo import PPOConfig, Trainer, compute_gae
 from simulator.build import build_simulation
 from simulator.policy import Decision
@@ -196,7 +196,7 @@ def test_resuming_gives_the_same_next_update_as_not_stopping(short_config, tmp_p
 
 def test_trained_policy_runs_in_the_simulator(short_config, tmp_path: Path) -> None:
     Trainer(short_config, _tiny_ppo(), tmp_path).train(progress=False)
-    policy = PacMLPolicy(tmp_path / "policy.pt")
+    policy = PacMLBetaPolicy(tmp_path / "policy.pt")
     sim = build_simulation(short_config, seed=11)
     result = sim.run(policy)
     assert result.summary["num_jobs_arrived"] == 31
@@ -206,7 +206,7 @@ def test_trained_policy_runs_in_the_simulator(short_config, tmp_path: Path) -> N
 
 def test_policy_never_chooses_an_infeasible_degree(short_config, tmp_path: Path) -> None:
     Trainer(short_config, _tiny_ppo(), tmp_path).train(progress=False)
-    policy = PacMLPolicy(tmp_path / "policy.pt", deterministic=False)
+    policy = PacMLBetaPolicy(tmp_path / "policy.pt", deterministic=False)
     sim = build_simulation(short_config, seed=5)
     policy.reset(5)
     while (job := sim.next_job()) is not None:
@@ -289,7 +289,7 @@ def test_a_run_worse_than_its_warm_start_says_so_in_its_log_and_summary(
                and "policy=min_feasible +policy.min_degree=16" in w for w in warnings), warnings
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="pacml.agent.policy"):
-        PacMLPolicy(str(tmp_path / "policy.pt"))
+        PacMLBetaPolicy(str(tmp_path / "policy.pt"))
     assert "worse than its warm-start rule min_feasible(16)" in caplog.text
     # Without a warm start there is nothing to compare with: null, not false.
     plain = Trainer(short_config, _tiny_ppo(eval_every=1), tmp_path / "plain").train(progress=False)
@@ -393,7 +393,7 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
     folder = SHIPPED_DIR / name
     for file in ("policy.pt", "train_config.yaml", "metrics.csv", "training_curve.png"):
         assert (folder / file).is_file(), file
-    policy = PacMLPolicy(name)
+    policy = PacMLBetaPolicy(name)
     assert policy.meta["ppo"]["mask"] == "feasible"
     assert policy.teacher_min_degree in (1, 2, 4, 6, 8, 16)
     assert (policy.encoder.placement_candidates > 0) == name.endswith("_block")
@@ -422,7 +422,7 @@ def test_shipped_ppo_from_scratch_over_conditions_loads_and_acts() -> None:
     folder = SHIPPED_DIR / "paper_conditions_scratch"
     for file in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json", "training_curve.png"):
         assert (folder / file).is_file(), file
-    policy = PacMLPolicy("paper_conditions_scratch")
+    policy = PacMLBetaPolicy("paper_conditions_scratch")
     assert policy.meta["ppo"]["random_conditions"] and policy.meta["ppo"]["warmstart"] is None
     assert policy.teacher_min_degree is None
     cfg = compose_sim_config(["scenario=paper", "beta=B", "mean_interarrival_s=700", "horizon_s=5e4"])
@@ -459,7 +459,7 @@ def test_pacml_beta_policy_config_picks_the_checkpoint_for_the_beta() -> None:
 
     cfg = compose_sim_config(["policy=pacml_beta", "beta=D"])
     assert cfg.policy.checkpoint == "paper_betaD"
-    assert isinstance(build_policy(cfg), PacMLPolicy)
+    assert isinstance(build_policy(cfg), PacMLBetaPolicy)
     physical = compose_sim_config(["policy=pacml_beta", "scenario=physical", "beta=D"])
     assert physical.policy.checkpoint == "physical_betaD"
 
@@ -521,7 +521,7 @@ def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_
             build_policy(cfg)
         assert err.value.field == "policy.checkpoint"
     # A policy file saved under a name of its own still loads.
-    assert isinstance(PacMLPolicy(str(per_beta / "policy.pt")), PacMLPolicy)
+    assert isinstance(PacMLBetaPolicy(str(per_beta / "policy.pt")), PacMLBetaPolicy)
 
 
 def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
@@ -542,7 +542,7 @@ def test_a_json_graph_runs_under_a_trained_agent(tmp_path: Path) -> None:
     (alexnet,) = load_graph_set("alexnet", time_unit_s=1.0)
     write_json_graph(alexnet, tmp_path / "alexnet.json")
     cfg = compose_sim_config(["scenario=paper", "beta=C", "horizon_s=1e5", f"workload.graphs={tmp_path}"])
-    result = build_simulation(cfg, seed=1).run(PacMLPolicy("paper_betaC"))
+    result = build_simulation(cfg, seed=1).run(PacMLBetaPolicy("paper_betaC"))
     models = {r.model for r in result.records}
     assert models == {"tinynet", "alexnet"}
     assert result.summary["num_jobs_completed"] > 0
@@ -621,10 +621,10 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     """torch + torch_geometric take ~3 s to import: a typo in policy.checkpoint must not wait."""
     out = _fresh_python(
         "import sys\n"
-        "from pacml.agent.policy import PacMLPolicy\n"
+        "from pacml.agent.policy import PacMLBetaPolicy\n"
         "from simulator.errors import ConfigError\n"
         "try:\n"
-        "    PacMLPolicy('no_such_checkpoint')\n"
+        "    PacMLBetaPolicy('no_such_checkpoint')\n"
         "except ConfigError as exc:\n"
         "    print(exc.field, 'torch' in sys.modules, 'paper_betaC' in str(exc))\n"
     )
@@ -661,7 +661,7 @@ def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
     cfg = compose_sim_config([*SHORT, "policy=pacml_beta"])
     assert cfg.policy.num_threads == 1
     seen: list[int] = []
-    policy = PacMLPolicy("paper_betaC")
+    policy = PacMLBetaPolicy("paper_betaC")
     decide = policy._probabilities
 
     def spy(job, obs):
@@ -674,7 +674,7 @@ def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
     try:
         one = build_simulation(cfg, seed=0).run(policy).summary
         assert seen and set(seen) == {1} and torch.get_num_threads() == 2
-        free = PacMLPolicy("paper_betaC", num_threads=None)
+        free = PacMLBetaPolicy("paper_betaC", num_threads=None)
         assert build_simulation(cfg, seed=0).run(free).summary["blocking_rate"] == one["blocking_rate"]
     finally:
         torch.set_num_threads(before)
@@ -836,7 +836,7 @@ def _loaders():
     return {
         "adaptive.npz": (SHIPPED_DIR / "paper_adaptive_knn" / "adaptive.npz",
                          lambda p: AdaptivePolicy(str(p)), "policy.checkpoint"),
-        "policy.pt": (SHIPPED_DIR / "paper_betaA" / "policy.pt", lambda p: PacMLPolicy(str(p)), "policy.checkpoint"),
+        "policy.pt": (SHIPPED_DIR / "paper_betaA" / "policy.pt", lambda p: PacMLBetaPolicy(str(p)), "policy.checkpoint"),
         "critic.pt": (SHIPPED_DIR / "paper_betaD_critic" / "critic.pt", lambda p: load_critic(str(p)), "policy.critic"),
         "placer.pt": (SHIPPED_DIR / "placers" / "placer_step" / "placer.pt", load_placer, "method.checkpoint"),
     }

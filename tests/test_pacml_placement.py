@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pacml.agent.env import ClusterEnv, compose_sim_config
 from pacml.agent.features import PLACEMENT_ACTION_FEATURES
-from pacml.agent.policy import PacMLPolicy
+from pacml.agent.policy import PacMLBetaPolicy
 from pacml.agent.ppo import PPOConfig, Trainer
 from simulator.build import build_simulation
 
@@ -77,7 +77,7 @@ def test_learned_placement_trains_and_runs_in_the_simulator(short_config, tmp_pa
                     placement_candidates=4, warmstart="auto", warmstart_candidates=[1, 4], warmstart_episodes=1,
                     warmstart_epochs=5)
     Trainer(short_config, cfg, tmp_path).train(progress=False)
-    policy = PacMLPolicy(tmp_path / "policy.pt")
+    policy = PacMLBetaPolicy(tmp_path / "policy.pt")
     assert policy.encoder.placement_candidates == 4
     sim = build_simulation(short_config, seed=3)
     policy.reset(3)

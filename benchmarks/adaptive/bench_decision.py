@@ -3,7 +3,7 @@
 The agent is the per-beta one (``policy=pacml_beta``) unless ``--pacml [OVERRIDE ...]`` asks for the
 adaptive agent (``policy=pacml``, built as ``pacml sim`` builds it, with those policy overrides).
 
-Runs whole episodes and times every ``decide(job, state)`` call of a :class:`PacMLPolicy`. Each
+Runs whole episodes and times every ``decide(job, state)`` call of a :class:`PacMLBetaPolicy`. Each
 episode starts with a fresh simulation (cold placement, free-block, partition and lookahead
 caches) and a fresh policy (cold graph-embedding cache); numba's compiled kernels are warmed up
 once before timing (compilation is a one-off per install, cached on disk, not a per-decision cost).
@@ -58,7 +58,7 @@ import torch
 
 from pacml.agent.env import compose_sim_config
 from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, Encoder
-from pacml.agent.policy import PacMLPolicy
+from pacml.agent.policy import PacMLBetaPolicy
 from simulator.build import build_simulation
 from simulator.run import frozen_heap
 
@@ -96,15 +96,15 @@ class _Timer:
         return timed
 
 
-def _policy(cluster: str, beta: str, max_degree: int) -> PacMLPolicy:
+def _policy(cluster: str, beta: str, max_degree: int) -> PacMLBetaPolicy:
     """The shipped checkpoint on the paper cluster; an untrained agent offering every degree otherwise."""
     if cluster == "ramp32":
-        return PacMLPolicy(f"paper_beta{beta}")
+        return PacMLBetaPolicy(f"paper_beta{beta}")
     from pacml.agent.model import ActorCritic
 
     torch.manual_seed(0)
     model = ActorCritic(global_features=GLOBAL_FEATURES, action_features=ACTION_FEATURES).eval()
-    return PacMLPolicy(model=model, encoder=Encoder(max_degree=max_degree))
+    return PacMLBetaPolicy(model=model, encoder=Encoder(max_degree=max_degree))
 
 
 def _warm_kernels(overrides: list[str]) -> None:

@@ -1,6 +1,6 @@
 """Decision latency of the learned policy: time per arriving job, observation building included.
 
-Runs whole paper-scenario episodes with ``PacMLPolicy`` and times every ``decide(job, state)``
+Runs whole paper-scenario episodes with ``PacMLBetaPolicy`` and times every ``decide(job, state)``
 call: the shared feasibility function (placement and lookahead of every degree), feature
 building and the network's forward pass. Each episode starts with cold placement, lookahead
 and embedding caches. Also reports the same call repeated with the job's feasibility already
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from pacml.agent.env import compose_sim_config
-from pacml.agent.policy import PacMLPolicy
+from pacml.agent.policy import PacMLBetaPolicy
 from pacml.critic import CriticPolicy
 from simulator.build import build_simulation
 
@@ -33,7 +33,7 @@ def measure(checkpoint: str, episodes: int, overrides: list[str], critic: str | 
     times: list[float] = []
     warm: list[float] = []
     for seed in range(episodes):
-        policy = PacMLPolicy(checkpoint)  # fresh embedding cache
+        policy = PacMLBetaPolicy(checkpoint)  # fresh embedding cache
         if critic is not None:
             policy = CriticPolicy(critic, agent=policy)
         sim = build_simulation(cfg, seed=seed)  # fresh placement/lookahead caches

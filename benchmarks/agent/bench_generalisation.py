@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pacml.agent.env import compose_sim_config
-from pacml.agent.policy import PacMLPolicy
+from pacml.agent.policy import PacMLBetaPolicy
 from simulator.build import (
     build_feasibility,
     build_policy,
@@ -44,10 +44,10 @@ def main() -> None:
     policies: dict[str, object] = {
         name: build_policy(compose_sim_config([*base, f"policy={name}"]))
         for name in ("para_max", "para_min", "min_feasible", "min_feasible_4")}
-    policies[f"pacml zero-shot (paper_beta{args.beta}, trained on the 5 paper graphs)"] = PacMLPolicy(
+    policies[f"pacml zero-shot (paper_beta{args.beta}, trained on the 5 paper graphs)"] = PacMLBetaPolicy(
         f"paper_beta{args.beta}")
     if args.all_checkpoint:
-        policies["pacml trained on all 10 graphs"] = PacMLPolicy(args.all_checkpoint)
+        policies["pacml trained on all 10 graphs"] = PacMLBetaPolicy(args.all_checkpoint)
     out = {}
     for name, policy in policies.items():
         rates = [build_simulation(cfg, seed=s, feasibility=feas, workload=workload).run(policy).summary["blocking_rate"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pacml.agent.env import compose_sim_config
-from pacml.agent.policy import PacMLPolicy
+from pacml.agent.policy import PacMLBetaPolicy
 from simulator.build import (
     build_feasibility,
     build_policy,
@@ -43,8 +43,8 @@ def main() -> None:
         workload = build_workload(cfg)
         policies = {name: build_policy(compose_sim_config([*base, f"policy={name}"]))
                     for name in ("para_max", "min_feasible", "min_feasible_4")}
-        policies["pacml (degree only, first-fit)"] = PacMLPolicy(f"paper_beta{args.beta}")
-        policies["pacml (learned placement)"] = PacMLPolicy(args.placement_checkpoint)
+        policies["pacml (degree only, first-fit)"] = PacMLBetaPolicy(f"paper_beta{args.beta}")
+        policies["pacml (learned placement)"] = PacMLBetaPolicy(args.placement_checkpoint)
         for name, policy in policies.items():
             rates = [build_simulation(cfg, seed=s, feasibility=feas, workload=workload).run(policy)
                      .summary["blocking_rate"] for s in seeds]

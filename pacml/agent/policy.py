@@ -1,6 +1,6 @@
 """The per-beta learned policy behind the simulator's policy interface (``policy=pacml_beta``).
 
-``PacMLPolicy`` loads a policy checkpoint written by ``pacml train`` and decides each arriving
+``PacMLBetaPolicy`` loads a policy checkpoint written by ``pacml train`` and decides each arriving
 job from the same encoder the environment uses. Graph embeddings are cached per graph (they do
 not depend on the cluster), so a decision costs one small MLP pass plus feature building.
 
@@ -157,7 +157,7 @@ def _intra_op_threads(num_threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-class PacMLPolicy:
+class PacMLBetaPolicy:
     """A trained PAC-ML agent as a simulator policy.
 
     Args:

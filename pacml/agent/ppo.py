@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from pacml.agent.env import ClusterEnv, compose_condition
 from pacml.agent.model import ActorCritic, graph_data
-from pacml.agent.policy import PacMLPolicy, save_policy
+from pacml.agent.policy import PacMLBetaPolicy, save_policy
 from pacml.agent.ppo_config import PPOConfig
 from pacml.agent.rewards import JobAcceptance
 from pacml.runfiles import (
@@ -376,7 +376,7 @@ class Trainer:
         episode is done (a partial average would not compare with other validations).
         """
         if policy is None:
-            policy = PacMLPolicy(model=self.model, encoder=self.envs[0].encoder)
+            policy = PacMLBetaPolicy(model=self.model, encoder=self.envs[0].encoder)
         env = self.envs[0]
         rates, thr = [], []
         if self._val_setups is None:  # built once: every validation runs the same conditions
