@@ -12,7 +12,7 @@ take (:func:`pacml.agent.features.server_features`, :func:`pacml.agent.features.
 time :class:`CriticPolicy` keeps the agent's action unless the critic predicts that another
 feasible action blocks at least ``margin_jobs`` fewer jobs. Costs one small MLP forward pass.
 
-Training data come from ``pacml distill distill.mode=critic`` (:mod:`pacml.distill`).
+Training data come from ``pacml distill`` (:mod:`pacml.distill`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Distil a decision-time planner back into the agent's network (``pacml distill``).
+"""Distil a decision-time planner into a deviation critic for the agent (``pacml distill``).
 
 The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) wrapped around a
 trained agent blocks fewer jobs than the agent, but costs hundreds of milliseconds per decision.
@@ -10,13 +10,14 @@ Distillation keeps the planner's quality at the agent's cost, in two phases:
    planner's expected blocked jobs per candidate degree. Each episode is one ``.npz`` shard
    written atomically, so an interrupted collection resumes where it stopped; episodes run in
    ``workers`` processes.
-2. **Imitation.** The agent's network is fine-tuned with cross-entropy on the planner's actions
-   (changed decisions weighted by ``change_weight``: they are 3-8 % of decisions and carry all
-   the information). After every epoch the greedy network is evaluated on validation seeds, and
-   the best network, the starting one included, is kept: distillation never ships a policy
-   that validated worse than the agent it started from.
+2. **Critic.** A :class:`pacml.critic.DeviationCritic` learns the planner's expected blocked jobs
+   per degree, and its margin is picked on validation seeds, the agent alone (no override)
+   included: distillation never ships a critic that validated worse than the agent it corrects.
 
-The result is an ordinary per-beta policy checkpoint (``policy=pacml_beta policy.checkpoint=...``).
+The result is ``critic.pt`` (``policy=pacml_critic policy.critic=...``, or one of the adaptive
+agent's ``policy.condition_critics``). Fine-tuning the agent's own network on the planner's
+actions was tried and left the agent where it was: the planner's changes are few, marginal and
+noisy labels.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import multiprocessing as mp
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -36,15 +37,12 @@ from tqdm import tqdm
 
 from pacml.agent.env import TRAIN_SEED_LOW, ClusterEnv
 from pacml.agent.features import server_features, take_features
-from pacml.agent.policy import PacMLBetaPolicy, load_policy, save_policy
+from pacml.agent.policy import PacMLBetaPolicy, load_policy
 from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 from simulator.policies.lookahead import RolloutLookahead
 from workloads.io import atomic_write, atomic_write_json
-
-if TYPE_CHECKING:
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -63,29 +61,18 @@ class DistillConfig:
         window_jobs: Planner rollout length (arrivals).
         num_futures: Planner futures per decision.
         margin_jobs: Planner margin (expected blocked jobs) to leave the agent's action.
-        seed: Offset of the episode seeds (``DISTILL_SEED_BASE + 1000 * seed + i``) and of the
-            imitation shuffling.
-        epochs: Imitation passes over the demonstrations.
-        learning_rate: Adam step size of the imitation.
-        batch_size: Decisions per minibatch.
-        change_weight: Loss weight of decisions where the planner changed the agent's action.
-        soft_temperature_jobs: ``None``: imitate the planner's action. A number ``T``: imitate
-            ``softmax(-expected_blocked_jobs / T)`` over the degrees the planner scored (its
-            margin credited to the agent's action), i.e. learn the planner's valuation of every
-            degree, not only its argmin; decisions the planner did not score keep the hard target.
-        eval_seeds: Validation seeds (never evaluation seeds 0-2) for picking the best epoch; 16
-            by default because with 4 a network that rejects too often on other seeds validated best.
+        seed: Offset of the episode seeds (``DISTILL_SEED_BASE + 1000 * seed + i``) and the
+            critic's training seed.
+        eval_seeds: Validation seeds (never evaluation seeds 0-2) on which the margin is picked; 16,
+            because 4 let a brittle network through.
         time_budget_s: Stop collecting new episodes after this much wall time (``None``: no limit);
-            imitation runs on what was collected.
+            the critic is fitted on what was collected.
         torch_threads: Torch threads per process.
-        mode: ``imitate`` (fine-tune the agent's network on the planner's actions) or ``critic``
-            (train a :class:`pacml.critic.DeviationCritic` on the planner's per-degree estimates
-            and pick its margin on the validation seeds; see :mod:`pacml.critic`).
         critic_epochs, critic_hidden: Critic training settings.
         critic_margins: Margins (expected blocked jobs) tried on the validation seeds; the agent
             alone (no override) is always a candidate too.
-        demos_dir: Imitate the demonstrations already in this directory (the ``demos/`` of an
-            earlier run) instead of collecting: sweeps of the imitation settings cost ~1 min each.
+        demos_dir: Fit on the demonstrations already in this directory (the ``demos/`` of an
+            earlier run) instead of collecting.
     """
 
     checkpoint: str = "paper_betaD"
@@ -95,16 +82,10 @@ class DistillConfig:
     num_futures: int = 32
     margin_jobs: float = 0.25
     seed: int = 0
-    epochs: int = 20
-    learning_rate: float = 3e-4
-    batch_size: int = 512
-    change_weight: float = 1.0
-    soft_temperature_jobs: float | None = None
     eval_seeds: list[int] = field(default_factory=lambda: list(range(500000, 500016)))
     time_budget_s: float | None = None
     torch_threads: int = 1
     demos_dir: str | None = None
-    mode: str = "critic"
     critic_epochs: int = 25
     critic_hidden: int = 128
     critic_margins: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.25, 0.5])
@@ -223,124 +204,9 @@ def load_demos(paths: list[Path]) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------- phase 2
-def _evaluate(sim_config: DictConfig, policy: PacMLBetaPolicy, seeds: list[int], env: ClusterEnv) -> float:
-    policy.model.eval()
-    rates = [build_simulation(sim_config, seed=s, feasibility=env.feasibility, workload=env.workload)
-             .run(policy).summary["blocking_rate"] for s in seeds]
-    return float(np.mean(rates))
-
-
-def _targets(demos: dict[str, np.ndarray], cfg: DistillConfig) -> torch.Tensor:
-    """Class indices (hard targets) or per-action probabilities (soft targets)."""
-    import torch  # lazy: torch
-
-    if cfg.soft_temperature_jobs is None:
-        return torch.from_numpy(demos["action"])
-    scores = demos["scores"].astype(np.float64).copy()
-    rows = np.arange(len(scores))
-    scores[rows, demos["agent_action"]] -= cfg.margin_jobs  # the planner's preference for the agent
-    scored = ~np.isnan(scores)
-    logits = np.where(scored, -scores / cfg.soft_temperature_jobs, -np.inf)
-    has = scored.any(1)
-    logits[has] -= logits[has].max(1, keepdims=True)
-    probs = np.zeros_like(scores)
-    probs[has] = np.exp(logits[has])
-    probs[has] /= probs[has].sum(1, keepdims=True)
-    probs[~has, demos["action"][~has]] = 1.0
-    return torch.from_numpy(probs.astype(np.float32))
-
-
-def imitate(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndarray], out_dir: Path,
-            progress: bool = True) -> dict[str, Any]:
-    """Fine-tune the agent on the planner's actions; keep the best epoch by validation."""
-    import torch  # lazy: torch
-
-    from pacml.agent.model import graph_data
-
-    torch.set_num_threads(cfg.torch_threads)
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    model, encoder, meta = load_policy(cfg.checkpoint)
-    env = ClusterEnv(sim_config, mask=encoder.mask)
-    by_key = {g.fingerprint: g for g in env.workload.training_graphs}
-    keys = sorted(set(demos["graph_key"].tolist()))
-    missing = [k for k in keys if k not in by_key]
-    if missing:
-        raise ValueError(f"demonstrations hold graphs that are not in this workload: {missing[:3]}")
-    graph_list = [graph_data(encoder.graph(by_key[k])) for k in keys]
-    gid = torch.tensor([keys.index(k) for k in demos["graph_key"].tolist()])
-    g = torch.from_numpy(demos["globals"])
-    a = torch.from_numpy(demos["actions"])
-    m = torch.from_numpy(demos["mask"])
-    y = torch.from_numpy(demos["action"])
-    changed = demos["action"] != demos["agent_action"]
-    target = _targets(demos, cfg)
-    w = torch.from_numpy(np.where(changed, cfg.change_weight, 1.0).astype(np.float32))
-    n = len(y)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-    policy = PacMLBetaPolicy(model=model, encoder=encoder)
-    policy.meta = dict(meta)
-    rows: list[dict[str, float]] = []
-
-    def record(epoch: int, loss: float, acc: float, acc_changed: float) -> float:
-        val = _evaluate(sim_config, policy, cfg.eval_seeds, env)
-        rows.append({"epoch": epoch, "loss": loss, "accuracy": acc, "accuracy_changed": acc_changed,
-                     "val_blocking_rate": val})
-        write_metrics_csv(out_dir / "distill_metrics.csv", rows)
-        return val
-
-    def accuracy() -> tuple[float, float]:
-        model.eval()
-        with torch.no_grad():
-            emb = model.embed(graph_list)
-            preds = []
-            for s in range(0, n, 4096):
-                logits, _ = model(emb[gid[s:s + 4096]], g[s:s + 4096], a[s:s + 4096], m[s:s + 4096])
-                preds.append(logits.argmax(1))
-            hit = (torch.cat(preds) == y).numpy()
-        return float(hit.mean()), float(hit[changed].mean()) if changed.any() else math.nan
-
-    acc0, accc0 = accuracy()
-    best_val = record(0, math.nan, acc0, accc0)
-    best_epoch = 0
-    meta_out = {**meta, "distill": {**asdict(cfg), "decisions": n, "changed": int(changed.sum())}}
-    save_policy(out_dir / "policy.pt", model, encoder, {**meta_out, "distill_epoch": 0, "best_val_blocking_rate": best_val})
-    log.info("start: validation %.4f, accuracy %.4f (changed decisions %.4f)", best_val, acc0, accc0)
-    bar = tqdm(range(1, cfg.epochs + 1), disable=not progress, desc="imitation", unit="epoch")
-    for epoch in bar:
-        model.train()
-        order = torch.from_numpy(rng.permutation(n))
-        losses = []
-        for s in range(0, n, cfg.batch_size):
-            mb = order[s:s + cfg.batch_size]
-            uniq, inverse = torch.unique(gid[mb], return_inverse=True)
-            emb = model.embed([graph_list[i] for i in uniq.tolist()])[inverse]
-            logits, _ = model(emb, g[mb], a[mb], m[mb])
-            loss = (torch.nn.functional.cross_entropy(logits, target[mb], reduction="none") * w[mb]).sum() / w[mb].sum()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-            opt.step()
-            losses.append(float(loss.detach()))
-        policy._embeddings.clear()  # parameters changed: cached graph embeddings are stale
-        acc, accc = accuracy()
-        val = record(epoch, float(np.mean(losses)), acc, accc)
-        bar.set_postfix(val=f"{val:.4f}", acc_changed=f"{accc:.3f}")
-        log.info("epoch %d: loss %.4f, accuracy %.4f (changed %.4f), validation %.4f",
-                 epoch, np.mean(losses), acc, accc, val)
-        if val < best_val:
-            best_val, best_epoch = val, epoch
-            save_policy(out_dir / "policy.pt", model, encoder,
-                        {**meta_out, "distill_epoch": epoch, "best_val_blocking_rate": val})
-    summary = {"decisions": n, "changed": int(changed.sum()), "start_val_blocking_rate": rows[0]["val_blocking_rate"],
-               "best_val_blocking_rate": best_val, "best_epoch": best_epoch}
-    atomic_write_json(out_dir / "distill_summary.json", summary)
-    return summary
-
-
 def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.ndarray], out_dir: Path,
                progress: bool = True) -> dict[str, Any]:
-    """Train the deviation critic and pick its margin on the validation seeds (``mode=critic``).
+    """Train the deviation critic and pick its margin on the validation seeds.
 
     Writes ``critic.pt`` (with the agent's checkpoint and the chosen margin in its metadata, so
     ``policy=pacml_critic policy.critic=...`` needs nothing else) and ``critic_metrics.csv``.
@@ -389,21 +255,17 @@ def distill(sim_config: DictConfig, cfg: DistillConfig, out_dir: Path, progress:
         paths = sorted(Path(cfg.demos_dir).glob("episode_*.npz"))
         if not paths:
             raise ConfigError(f"{cfg.demos_dir}: no demonstration shards (episode_*.npz)", field="distill.demos_dir")
-        log.info("imitating %d episodes from %s", len(paths), cfg.demos_dir)
+        log.info("fitting on %d episodes from %s", len(paths), cfg.demos_dir)
     else:
         paths = collect(sim_config, cfg, out_dir, progress)
     collect_s = time.perf_counter() - start
-    if cfg.mode == "critic":
-        summary = fit_critic(sim_config, cfg, load_demos(paths), out_dir, progress)
-    else:
-        summary = imitate(sim_config, cfg, load_demos(paths), out_dir, progress)
+    summary = fit_critic(sim_config, cfg, load_demos(paths), out_dir, progress)
     summary.update({"episodes": len(paths), "collect_wall_s": collect_s, "wall_s": time.perf_counter() - start})
     atomic_write_json(out_dir / "distill_summary.json", summary)
     return summary
 
 
-__all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "distill", "fit_critic", "imitate",
-           "load_demos"]
+__all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "distill", "fit_critic", "load_demos"]
 
 
 # ---------------------------------------------------------------------------------- CLI
@@ -419,34 +281,28 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}", field="distill")
     dcfg = DistillConfig(**data)  # type: ignore[arg-type]
-    if dcfg.mode not in ("imitate", "critic"):
-        raise ConfigError(f"must be 'imitate' or 'critic', got {dcfg.mode!r}", field="distill.mode")
     load_policy(dcfg.checkpoint, field="distill.checkpoint")  # fail before any work, naming this command's key
     sim_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("distill", "hydra", "progress")])
     (out_dir / "distill_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     summary = distill(sim_cfg, dcfg, out_dir, progress=bool(cfg.get("progress", True)))
     log.info("distilled %d decisions (%d changed by the planner): validation %.4f -> %.4f; %s",
              summary["decisions"], summary["changed"], summary["start_val_blocking_rate"],
-             summary["best_val_blocking_rate"], out_dir / ("critic.pt" if dcfg.mode == "critic" else "policy.pt"))
+             summary["best_val_blocking_rate"], out_dir / "critic.pt")
     return summary
 
 
 def command() -> Any:
     """What ``pacml distill``'s config holds, for the one check before any work (simulator/schema.py)."""
-    import typing
-
     from simulator.cli import HydraCommand
     from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
 
-    count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
+    count = Rule(int, low=1)
     ranges = {
         "checkpoint": Rule(str, non_empty=True), "episodes": count, "workers": count, "window_jobs": count,
-        "num_futures": count, "margin_jobs": Rule(float, low=0.0), "seed": Rule(int, low=0), "epochs": count,
-        "learning_rate": positive, "batch_size": count, "change_weight": positive,
-        "soft_temperature_jobs": Rule(float | None, low=0.0, low_open=True),
+        "num_futures": count, "margin_jobs": Rule(float, low=0.0), "seed": Rule(int, low=0),
         "eval_seeds": Rule(list[int], low=0, non_empty=True),
         "time_budget_s": Rule(float | None, low=0.0, low_open=True), "torch_threads": count,
-        "demos_dir": Rule(str | None, non_empty=True), "mode": Rule(typing.Literal["critic", "imitate"]),
+        "demos_dir": Rule(str | None, non_empty=True),
         "critic_epochs": count, "critic_hidden": count, "critic_margins": Rule(list[float], low=0.0, non_empty=True),
     }
     return HydraCommand(PROG, "distill", keys={**SIM_KEYS, **dataclass_rules("distill", DistillConfig, ranges)},

@@ -2,7 +2,7 @@
 
 Copies ``policy.pt`` (best by validation), ``train_config.yaml``, ``metrics.csv`` and
 ``train_summary.json``, and renders ``training_curve.png`` (blocking rate vs training time).
-A ``pacml distill distill.mode=critic`` run (it holds ``critic.pt``) is shipped with
+A ``pacml distill`` run (it holds ``critic.pt``) is shipped with
 ``critic.pt``, ``distill_config.yaml``, ``critic_metrics.csv``, ``distill_summary.json`` and
 ``demos.jsonl`` instead.
 

@@ -111,7 +111,7 @@ def test_default_policy_keys_are_dropped_for_a_new_target_but_named_when_given()
     (TRAIN, ["seed=-1"], "field 'seed': must be >= 0"),
     (TRAIN, ["ppo.condition_jobs=0"], "field 'ppo.condition_jobs': must be >= 1"),
     (TRAIN, ["ppo.val_conditions=true"], "field 'ppo.val_conditions'"),
-    (None, ["distill.mode=x"], "field 'distill.mode': must be one of 'critic', 'imitate'"),
+    (None, ["distill.critic_margins=[-1]"], "field 'distill.critic_margins'"),
     (None, ["distill.episods=3"], "unknown config key 'distill.episods' (did you mean 'distill.episodes'"),
     (None, ["ppo.gamma=0.9"], "unknown config key 'ppo.gamma'"),
 ])
