@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -605,8 +606,6 @@ def build_placement_report(sweep: Path, out_dir: str | Path | None = None) -> Pa
 
 def _relative(target: Path, start: Path) -> str:
     """``target`` relative to ``start`` (as a link in the report), or absolute across drives."""
-    import os
-
     try:
         return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
     except ValueError:

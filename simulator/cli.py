@@ -21,6 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+from hydra.core.config_search_path import SearchPathQuery
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -104,9 +112,7 @@ class HydraCommand:
 
     def validate(self, cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
         """Check a composed config (raises :class:`ConfigError`); returns it pruned."""
-        from simulator.build import (
-            check_buildable,  # lazy: numba (pacml place never builds a simulation)
-        )
+        from simulator.build import check_buildable  # lazy: numba
 
         cfg = validate_config(cfg, keys=self.keys, plugins=self.plugins, optional=self.optional,
                               given=override_keys(overrides))
@@ -121,8 +127,6 @@ def override_keys(overrides: Sequence[str]) -> set[str]:
 
 def hydra_args(cmd: HydraCommand, argv: Sequence[str]) -> argparse.Namespace:
     """``argv`` parsed as Hydra parses it; a bad flag ends ``cmd`` with one line and status 2."""
-    from hydra._internal.utils import get_args_parser
-
     parser = get_args_parser()
     parser.prog = cmd.prog
     parser.error = lambda message: fail(cmd.prog, f"{one_line(message)} (see {cmd.prog} --help)")  # type: ignore[method-assign]
@@ -133,9 +137,6 @@ class Composer:
     """Composes the command's config as Hydra will (same search path, ``--config-dir``)."""
 
     def __init__(self, cmd: HydraCommand, args: argparse.Namespace) -> None:
-        from hydra._internal.utils import create_automatic_config_search_path
-        from hydra.core.config_search_path import SearchPathQuery
-
         self.cmd = cmd
         self.config_name = args.config_name or cmd.config_name
         self.search_path = create_automatic_config_search_path(None, None, args.config_path or "pkg://conf")
@@ -148,10 +149,6 @@ class Composer:
 
     def compose(self, overrides: list[str]) -> DictConfig:
         """The composed config (with its ``hydra`` node) or a Hydra/OmegaConf exception."""
-        from hydra._internal.hydra import Hydra
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.types import RunMode
-
         GlobalHydra.instance().clear()
         try:
             hydra_app = Hydra.create_main_hydra2(task_name=self.cmd.prog, config_search_path=self.search_path)
@@ -193,8 +190,6 @@ class Composer:
 
 def _composition_error(composer: Composer, exc: Exception, overrides: list[str]) -> str:
     """One line for an exception raised while composing (Hydra's own are several lines)."""
-    from hydra.errors import MissingConfigException
-
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file:
         group, _, choice = str(exc.missing_cfg_file).rpartition("/")
         if group:
@@ -233,9 +228,6 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
         The checked config of the command line (the first values of any sweep), or ``None``
         when Hydra will only print help.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException, OverrideParseException
-
     cwd_on_path()
     args = hydra_args(cmd, argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
@@ -287,9 +279,6 @@ def _check_target_with_policy_sweep(prog: str, parsed: Sequence[Any], overrides:
 
 
 def _unparsable(override: str) -> bool:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     try:
         OverridesParser.create().parse_override(override)
     except HydraException:
@@ -299,9 +288,6 @@ def _unparsable(override: str) -> bool:
 
 def check_overrides(cmd: HydraCommand, composer: Composer, overrides: list[str]) -> DictConfig:
     """Compose and validate one command line (no sweeps); one line and exit 2 on any problem."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.errors import HydraException
-
     try:
         cfg = composer.compose(overrides)
     except (HydraException, OmegaConfBaseException, ValueError, OSError) as exc:

@@ -324,7 +324,7 @@ class AggregatePartition:
 
     def __post_init__(self) -> None:
         # Imported here: the kernels module pulls in numba, which plain partitioning never needs.
-        from simulator.place.kernel import repeated_sums
+        from simulator.place.kernel import repeated_sums  # lazy: numba
 
         g = self.graph
         n = g.num_forward_ops

@@ -395,6 +395,7 @@ RUN_FILES = ("placement.json", "summary.json")
 def write_gantt(out: Path, graph: ComputeGraph, devices: DeviceSet, objective: BoundObjective,
                 placement: np.ndarray, ev: Evaluation, title: str) -> list[str]:
     """Draw the run's chart (:mod:`analysis.gantt`, the simulator's one analysis import); file names."""
+    # lazy: matplotlib
     from analysis.gantt import Task, Transfer, plot_pipeline_loads, plot_step_gantt, save_chart
 
     value = f"{ev.value_s * 1e3:.4g} ms" if math.isfinite(ev.value_s) else f"infeasible: {ev.reason}"

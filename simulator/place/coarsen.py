@@ -52,9 +52,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from simulator.config import CONF_DIR, instantiate_checked
 from simulator.errors import ConfigError
+from simulator.place.local_search import climb_groups
 from simulator.place.objectives import BoundObjective, bind_objective
 from simulator.place.placer import PlacerResult, timed
 from workloads.compute_graph import ComputeGraph
@@ -102,9 +105,6 @@ def _quotient(label: NDArray[np.int64], src: NDArray[np.int64], dst: NDArray[np.
 
 def _strong_components(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> NDArray[np.int64]:
     """Strongly connected component of each node (scipy's compiled search: fast on a million edges)."""
-    from scipy.sparse import coo_matrix  # noqa: PLC0415
-    from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
-
     adj = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
     return connected_components(adj, directed=True, connection="strong")[1].astype(np.int64)
 
@@ -263,7 +263,7 @@ def _quiet_stdout():
 
 
 def _metis(num_groups: int, gs, gd, gw, weight, max_groups: int, seed: int) -> NDArray[np.int64]:
-    import pymetis  # noqa: PLC0415 (a compiled extension: load it only when used)
+    import pymetis  # noqa: PLC0415  # lazy: pymetis
 
     a, b = np.minimum(gs, gd), np.maximum(gs, gd)
     pair = a * num_groups + b
@@ -533,8 +533,6 @@ class CoarsenedPlacer:
         coarse_value = objective.value_groups(group_device)
         refined_value, used, movable = coarse_value, 1, np.zeros(0, dtype=np.int64)
         if self.refine_evaluations >= 2 and g.num_edges and objective.devices.num_devices > 1:
-            from simulator.place.local_search import climb_groups  # noqa: PLC0415
-
             movable = self._boundary_groups(objective, c, group_device)
             if len(movable):
                 # The climb prices its start again: it gets the budget left after the coarse value.

@@ -60,6 +60,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from simulator.errors import ConfigError
+from simulator.place.heuristics import PipeDreamPlacer
 from simulator.place.objectives import BoundObjective, PipelineObjective
 from simulator.place.placer import (
     Placer,
@@ -454,8 +455,6 @@ class DPPlacer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be an integer >= 1, got {value!r}", field=f"method.{key}")
         if fallback == "pipedream":  # the contiguous chain split: the natural stand-in for the DP
-            from simulator.place.heuristics import PipeDreamPlacer
-
             fallback = PipeDreamPlacer()
         elif isinstance(fallback, str):
             if fallback not in _FALLBACKS:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
 from simulator.place.placer import PlacerResult, timed
 from workloads.errors import WorkloadError
@@ -39,8 +40,6 @@ class FilePlacer:
 
     def __init__(self, path: str) -> None:
         if not isinstance(path, str) or not path.strip():
-            from simulator.errors import ConfigError
-
             raise ConfigError(f"must be the path of a placement file, got {path!r}", field="method.path")
         self.path = Path(path).expanduser()
 

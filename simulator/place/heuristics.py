@@ -515,7 +515,7 @@ class MetisPlacer:
         return timed(objective, lambda: self._run(objective, seed))
 
     def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
-        import pymetis  # noqa: PLC0415 (a compiled extension: load it only when this method runs)
+        import pymetis  # noqa: PLC0415  # lazy: pymetis
 
         p = _Problem(objective)
         k = min(self.parts or p.d, max(p.num_groups, 1))

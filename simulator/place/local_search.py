@@ -33,6 +33,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
+from simulator.place.heuristics import HeftPlacer, METFPlacer, PipeDreamPlacer
 from simulator.place.objectives import BoundObjective, PipelineObjective
 from simulator.place.placer import PlacerResult, expand_groups, timed
 
@@ -304,8 +305,6 @@ def best_simple_start(objective: BoundObjective, *, budget: int = -1) -> SimpleS
     evaluation, while ``budget`` (``-1``: none) allows; the first one is always priced. Ties keep
     the earlier candidate, so a single device wins over an equal heuristic.
     """
-    from simulator.place.heuristics import HeftPlacer, METFPlacer, PipeDreamPlacer  # noqa: PLC0415
-
     g, dev = objective.graph, objective.devices
     before = objective.evaluations
     values: dict[str, float] = {}
