@@ -35,7 +35,7 @@ import math
 import zlib
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -503,6 +503,75 @@ def start_rule(cluster: RolloutCluster, table: FeasibilityTable, rule: Rule, blo
     return cluster.start(table, degree, block)
 
 
+# ---------------------------------------------------------------------------- the agent's settings
+def _knob(kind: str, low: int = 0) -> Any:
+    """A settings field checked by :meth:`_Knobs.__post_init__`: ``bool``, ``int`` (>= ``low``),
+    ``number`` (finite, >= 0), ``names`` (a list of strings); a trailing ``?`` also allows null."""
+    return field(metadata={"kind": kind, "low": low})
+
+
+class _Knobs:
+    """Checks every field against its :func:`_knob` kind; a bad value is a one-line error naming
+    its ``policy.`` key."""
+
+    def __post_init__(self) -> None:
+        from simulator.errors import ConfigError
+
+        for f in fields(self):  # type: ignore[arg-type]
+            value, kind, low = getattr(self, f.name), f.metadata["kind"], f.metadata["low"]
+            if kind.endswith("?") and value is None:
+                continue
+            base, null = kind.rstrip("?"), " or null" if kind.endswith("?") else ""
+            if base == "bool" and not isinstance(value, bool):
+                raise ConfigError(f"must be true or false, got {value!r}", field=f"policy.{f.name}")
+            if base == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ConfigError(f"must be an integer >= {low}{null}, got {value!r}", field=f"policy.{f.name}")
+            if base == "number" and not _finite_nonneg(value):
+                raise ConfigError(f"must be a finite number >= 0{null}, got {value!r}", field=f"policy.{f.name}")
+            if base == "names":
+                if isinstance(value, str) or not all(isinstance(c, str) for c in value):
+                    raise ConfigError(f"must be a list of critic names or paths, got {value!r}",
+                                      field=f"policy.{f.name}")
+                object.__setattr__(self, f.name, tuple(value))
+
+
+@dataclass(frozen=True)
+class SelectorKnobs(_Knobs):
+    """Which rule the selector's scores pick, job after job (``AdaptivePolicy``'s Args say how)."""
+
+    selector_margin: float = _knob("number")
+    lookup_after_window: bool = _knob("bool")
+    hold_until_window: bool = _knob("bool")
+    hold_from_job: int = _knob("int", 1)
+
+
+@dataclass(frozen=True)
+class ShadowKnobs(_Knobs):
+    """The shadow clusters that correct the selector online."""
+
+    shadow_rules: int = _knob("int")
+    shadow_warmup: int = _knob("int")
+    shadow_margin: int = _knob("int")
+    shadow_z: float = _knob("number")
+    shadow_all_above_servers: int | None = _knob("int?", 1)
+    shadow_novelty: float | None = _knob("number?")
+    shadow_familiar_z: float | None = _knob("number?")
+    shadow_novel_margin: int | None = _knob("int?")
+    shadow_warmup_scales: bool = _knob("bool")
+    shadow_blocks: bool = _knob("bool")
+
+
+@dataclass(frozen=True)
+class DecisionKnobs(_Knobs):
+    """How the followed rule's degree becomes the decision: placement, guard, fallback, critics."""
+
+    block_search: int = _knob("int")
+    horizon_guard: bool = _knob("bool")
+    feasible_fallback: bool = _knob("bool")
+    condition_critics: tuple[str, ...] | None = _knob("names?")
+    condition_critic_radius: float = _knob("number")
+
+
 class AdaptivePolicy:
     """The adaptive degree agent: pick the rule the selector scores best for the condition seen so
     far, and decide the job with it; optionally correct the selector online with shadow clusters.
@@ -593,21 +662,24 @@ class AdaptivePolicy:
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
-                 shadow_rules: int = 0, shadow_warmup: int = WINDOW, shadow_margin: int = 3,
-                 shadow_z: float = 1.0,
-                 shadow_all_above_servers: int | None = None,
-                 selector_margin: float = 0.0,
-                 shadow_novelty: float | None = None, shadow_familiar_z: float | None = None,
-                 shadow_novel_margin: int | None = None,
-                 shadow_warmup_scales: bool = False,
-                 lookup_after_window: bool = False, hold_until_window: bool = False,
-                 hold_from_job: int = 1,
-                 block_search: int = 0, shadow_blocks: bool = False,
-                 horizon_guard: bool = False,
-                 condition_critics: Sequence[str] | None = None, condition_critic_radius: float = 0.4,
-                 feasible_fallback: bool = False) -> None:
+                 shadow_rules: int = 8, shadow_warmup: int = WINDOW, shadow_margin: int = 10,
+                 shadow_z: float = 1.0, shadow_all_above_servers: int | None = 256,
+                 selector_margin: float = 0.01,
+                 shadow_novelty: float | None = 0.45, shadow_familiar_z: float | None = 1.0,
+                 shadow_novel_margin: int | None = 3, shadow_warmup_scales: bool = True,
+                 lookup_after_window: bool = True, hold_until_window: bool = True, hold_from_job: int = 8,
+                 block_search: int = 64, shadow_blocks: bool = True, horizon_guard: bool = True,
+                 condition_critics: Sequence[str] | None = ("paper_betaD_critic",),
+                 condition_critic_radius: float = 0.4, feasible_fallback: bool = True) -> None:
         from simulator.errors import ConfigError
 
+        #: The settings, checked, in three groups (the keys of conf/policy/pacml_adaptive.yaml).
+        self.selector = SelectorKnobs(selector_margin, lookup_after_window, hold_until_window, hold_from_job)
+        self.shadow = ShadowKnobs(shadow_rules, shadow_warmup, shadow_margin, shadow_z, shadow_all_above_servers,
+                                  shadow_novelty, shadow_familiar_z, shadow_novel_margin, shadow_warmup_scales,
+                                  shadow_blocks)
+        self.decision = DecisionKnobs(block_search, horizon_guard, feasible_fallback, condition_critics,
+                                      condition_critic_radius)
         if weights is None:
             from pacml.agent.policy import resolve_checkpoint
 
@@ -616,98 +688,38 @@ class AdaptivePolicy:
             weights, self.meta = load_adaptive(resolve_checkpoint(checkpoint, "adaptive.npz", "adaptive", "policy.checkpoint"))
         else:
             self.meta = {}
-        for name, value, low in (("shadow_rules", shadow_rules, 0), ("shadow_warmup", shadow_warmup, 0),
-                                 ("shadow_margin", shadow_margin, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"policy.{name}")
-        if not _finite_nonneg(selector_margin):
-            raise ConfigError(f"must be a finite number >= 0, got {selector_margin!r}", field="policy.selector_margin")
-        self.selector_margin = float(selector_margin)
-        if not isinstance(horizon_guard, bool):
-            raise ConfigError(f"must be true or false, got {horizon_guard!r}", field="policy.horizon_guard")
-        self.horizon_guard = horizon_guard
-        if not isinstance(feasible_fallback, bool):
-            raise ConfigError(f"must be true or false, got {feasible_fallback!r}", field="policy.feasible_fallback")
-        self.feasible_fallback = feasible_fallback
-        if not _finite_nonneg(condition_critic_radius):
-            raise ConfigError(f"must be a finite number >= 0, got {condition_critic_radius!r}",
-                              field="policy.condition_critic_radius")
-        if condition_critics is not None and (isinstance(condition_critics, str) or not all(
-                isinstance(c, str) for c in condition_critics)):
-            raise ConfigError(f"must be a list of critic names or paths, got {condition_critics!r}",
-                              field="policy.condition_critics")
-        if condition_critics and weights.reference is None:
+        if self.decision.condition_critics and weights.reference is None:
             raise ConfigError(f"{checkpoint} holds no reference conditions (saved before them), so its "
                               "condition critics cannot be placed: set policy.condition_critics=null",
                               field="policy.condition_critics")
-        #: Decisions the condition critics changed in the current episode, and those they saw.
-        self.condition_critic_changed = 0
-        self.condition_critic_seen = 0
-        if not isinstance(lookup_after_window, bool):
-            raise ConfigError(f"must be true or false, got {lookup_after_window!r}", field="policy.lookup_after_window")
-        self.lookup_after_window = lookup_after_window
-        if isinstance(block_search, bool) or not isinstance(block_search, int) or block_search < 0:
-            raise ConfigError(f"must be an integer >= 0, got {block_search!r}", field="policy.block_search")
-        self.block_search = block_search
-        trained = self.meta.get("train_config", {}).get("block_search")
-        if trained is not None and trained != block_search:  # its labels ranked rules placed otherwise
-            log.warning("%s was trained on rules placed with block_search=%d; it runs with policy.block_search=%d",
-                        checkpoint, trained, block_search)
-        if not isinstance(shadow_blocks, bool):
-            raise ConfigError(f"must be true or false, got {shadow_blocks!r}", field="policy.shadow_blocks")
-        self.shadow_blocks = shadow_blocks
-        if not isinstance(hold_until_window, bool):
-            raise ConfigError(f"must be true or false, got {hold_until_window!r}", field="policy.hold_until_window")
-        self.hold_until_window = hold_until_window
-        if isinstance(hold_from_job, bool) or not isinstance(hold_from_job, int) or hold_from_job < 1:
-            raise ConfigError(f"must be an integer >= 1, got {hold_from_job!r}", field="policy.hold_from_job")
-        self.hold_from_job = hold_from_job
-        self._first: int | None = None
-        self._picked: int | None = None
-        if not _finite_nonneg(shadow_z):
-            raise ConfigError(f"must be a finite number >= 0, got {shadow_z!r}", field="policy.shadow_z")
-        if shadow_all_above_servers is not None and (not isinstance(shadow_all_above_servers, int) or isinstance(
-                shadow_all_above_servers, bool) or shadow_all_above_servers < 1):
-            raise ConfigError(f"must be an integer >= 1 or null, got {shadow_all_above_servers!r}",
-                              field="policy.shadow_all_above_servers")
-        self.shadow_all_above_servers = shadow_all_above_servers
-        for name, value in (("shadow_novelty", shadow_novelty), ("shadow_familiar_z", shadow_familiar_z)):
-            if value is not None and not _finite_nonneg(value):
-                raise ConfigError(f"must be a finite number >= 0 or null, got {value!r}", field=f"policy.{name}")
         if shadow_novelty is not None and weights.reference is None:
             raise ConfigError(f"{checkpoint} holds no reference conditions (retrain or refit it with "
                               "pacml train-adaptive), so policy.shadow_novelty cannot be used: set it to null",
                               field="policy.shadow_novelty")
-        if shadow_novel_margin is not None and (not isinstance(shadow_novel_margin, int)
-                                                or isinstance(shadow_novel_margin, bool) or shadow_novel_margin < 0):
-            raise ConfigError(f"must be an integer >= 0 or null, got {shadow_novel_margin!r}",
-                              field="policy.shadow_novel_margin")
-        self.shadow_novelty = shadow_novelty
-        self.shadow_familiar_z = shadow_familiar_z
-        self.shadow_novel_margin = shadow_novel_margin
-        if not isinstance(shadow_warmup_scales, bool):
-            raise ConfigError(f"must be true or false, got {shadow_warmup_scales!r}",
-                              field="policy.shadow_warmup_scales")
-        self.shadow_warmup_scales = shadow_warmup_scales
+        trained = self.meta.get("train_config", {}).get("block_search")
+        if trained is not None and trained != block_search:  # its labels ranked rules placed otherwise
+            log.warning("%s was trained on rules placed with block_search=%d; it runs with policy.block_search=%d",
+                        checkpoint, trained, block_search)
+        #: Decisions the condition critics changed in the current episode, and those they saw.
+        self.condition_critic_changed = 0
+        self.condition_critic_seen = 0
+        self._first: int | None = None
+        self._picked: int | None = None
         #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
         self.novelty = 0.0
         self._novelty_n = 0
         self.weights = weights
-        self.shadow_rules = shadow_rules
-        self.shadow_warmup = shadow_warmup
-        self.shadow_margin = shadow_margin
-        self.shadow_z = float(shadow_z)
         # The window the selector was trained with (checkpoints before the option: 64).
         self.tracker = ConditionTracker(int(self.meta.get("train_config", {}).get("window", WINDOW)))
         self._rules: dict[int, tuple[list[Rule], NDArray[np.float32]]] = {}
         # The critics load torch (seconds): only once every plain setting above has been checked.
         self._condition_critics: list[Any] = []
-        if condition_critics:
+        if self.decision.condition_critics:
             from pacml.critic import ConditionCritic
 
             spread = weights.reference.std(axis=0)
             self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)
-                                       for name in condition_critics]
+                                       for name in self.decision.condition_critics]
         #: The rule the last decision followed, and the condition features it was picked from.
         self.last_rule: Rule | None = None
         self.last_condition: NDArray[np.float32] | None = None
@@ -717,7 +729,7 @@ class AdaptivePolicy:
         self.shadows: list[ShadowCluster] = []
         self._following: int | None = None  # index of the shadow followed
         #: Jobs before the shadows may overrule the selector, on this episode's cluster.
-        self.warmup_jobs = shadow_warmup
+        self.warmup_jobs = self.shadow.shadow_warmup
         # _discordant[i, j]: jobs exactly one of shadows i and j blocked.
         self._discordant = np.zeros((0, 0), dtype=np.int64)
 
@@ -757,7 +769,7 @@ class AdaptivePolicy:
         self.shadows = []
         self._following = None
         self._discordant = np.zeros((0, 0), dtype=np.int64)
-        self.warmup_jobs = self.shadow_warmup
+        self.warmup_jobs = self.shadow.shadow_warmup
 
     def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
         key = id(topology)
@@ -772,7 +784,7 @@ class AdaptivePolicy:
         rules, feats = self._rule_table(state.topology)
         self.last_condition = self.tracker.features(state.topology)
         scores = self.weights.scores(self.last_condition, feats,
-                                     lookup=self.tracker.full or not self.lookup_after_window)
+                                     lookup=self.tracker.full or not self.selector.lookup_after_window)
         return rules, scores
 
     def select(self, job: JobSpec, state: ClusterState) -> Rule:
@@ -784,20 +796,20 @@ class AdaptivePolicy:
         """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it;
         with ``hold_until_window``, the pick of job ``hold_from_job`` while the window is partial."""
         best = int(np.argmax(scores))
-        holding = self._first is not None or self.tracker.seen >= self.hold_from_job
-        if self.hold_until_window and not self.tracker.full and holding:
+        holding = self._first is not None or self.tracker.seen >= self.selector.hold_from_job
+        if self.selector.hold_until_window and not self.tracker.full and holding:
             if self._first is None:
                 self._first = best
             # The held rule is the one a whole-window condition must beat by the margin.
             self._picked = self._first
             return self._first
-        if self.selector_margin == 0.0 or not self.tracker.full:
+        if self.selector.selector_margin == 0.0 or not self.tracker.full:
             # Each job's argmax (ties: the first), as before the option; and while the condition
             # comes from a partial window, whose estimate is too poor to hold on to (before
             # job hold_from_job too).
             self._picked = None
             return best
-        if self._picked is not None and scores[best] - scores[self._picked] <= self.selector_margin:
+        if self._picked is not None and scores[best] - scores[self._picked] <= self.selector.selector_margin:
             return self._picked
         self._picked = best
         return best
@@ -806,7 +818,7 @@ class AdaptivePolicy:
         """Whether the condition is close to the selector's training data (``shadow_novelty``);
         updates the episode's mean novelty with the current job's condition. Only conditions
         estimated from a whole window count (the first jobs' estimates are far from anything)."""
-        if self.shadow_novelty is None:
+        if self.shadow.shadow_novelty is None:
             return False
         assert self.last_condition is not None
         novelty = self.weights.novelty(self.last_condition)
@@ -815,15 +827,15 @@ class AdaptivePolicy:
         else:
             self._novelty_n += 1
             self.novelty += (novelty - self.novelty) / self._novelty_n
-        return self.novelty <= self.shadow_novelty
+        return self.novelty <= self.shadow.shadow_novelty
 
     def _leads(self, a: int, b: int, familiar: bool = False) -> bool:
         """Whether shadow ``a`` has blocked clearly fewer jobs than shadow ``b`` (indices)."""
-        z = self.shadow_familiar_z if familiar else self.shadow_z
+        z = self.shadow.shadow_familiar_z if familiar else self.shadow.shadow_z
         if z is None:
             return False
-        novel = self.shadow_novelty is not None and not familiar
-        margin = self.shadow_novel_margin if novel and self.shadow_novel_margin is not None else self.shadow_margin
+        novel = self.shadow.shadow_novelty is not None and not familiar
+        margin = self.shadow.shadow_novel_margin if novel and self.shadow.shadow_novel_margin is not None else self.shadow.shadow_margin
         gap = self.shadows[b].blocked - self.shadows[a].blocked
         return gap > margin and gap > z * math.sqrt(self._discordant[a, b])
 
@@ -831,17 +843,17 @@ class AdaptivePolicy:
         """The degree the followed rule gives the job (0 rejects)."""
         rules, scores = self._scores(job, state)
         rule = rules[self._pick(scores)]
-        if self.shadow_rules:
+        if self.shadow.shadow_rules:
             if not self.shadows:
                 servers = state.topology.num_servers
-                big = self.shadow_all_above_servers is not None and servers > self.shadow_all_above_servers
-                order = np.argsort(-scores, kind="stable")[:len(rules) if big else self.shadow_rules]
-                self.shadows = [ShadowCluster(rules[int(i)], state, self.block_search if self.shadow_blocks else 0)
+                big = self.shadow.shadow_all_above_servers is not None and servers > self.shadow.shadow_all_above_servers
+                order = np.argsort(-scores, kind="stable")[:len(rules) if big else self.shadow.shadow_rules]
+                self.shadows = [ShadowCluster(rules[int(i)], state, self.decision.block_search if self.shadow.shadow_blocks else 0)
                                 for i in sorted(order)]
                 self._discordant = np.zeros((len(self.shadows), len(self.shadows)), dtype=np.int64)
-                scaled = big or (self.shadow_warmup_scales and servers > PAPER_SERVERS)
-                self.warmup_jobs = (math.ceil(self.shadow_warmup * servers / PAPER_SERVERS) if scaled
-                                else self.shadow_warmup)
+                scaled = big or (self.shadow.shadow_warmup_scales and servers > PAPER_SERVERS)
+                self.warmup_jobs = (math.ceil(self.shadow.shadow_warmup * servers / PAPER_SERVERS) if scaled
+                                else self.shadow.shadow_warmup)
             for shadow in self.shadows:
                 shadow.step(job)
             flags = np.fromiter((s.last_blocked for s in self.shadows), bool, len(self.shadows))
@@ -857,12 +869,12 @@ class AdaptivePolicy:
                     self._following = leader
             # On a familiar condition without shadow_familiar_z the selector decides, even if a
             # shadow took the lead while the condition still looked novel.
-            if self._following is not None and not (familiar and self.shadow_familiar_z is None):
+            if self._following is not None and not (familiar and self.shadow.shadow_familiar_z is None):
                 rule = self.shadows[self._following].rule
         self.chosen.append(rule.label)
         self.last_rule = rule
         degree = rule.degree(state)
-        if self.feasible_fallback and degree and not self._placeable(state.feasibility, degree):
+        if self.decision.feasible_fallback and degree and not self._placeable(state.feasibility, degree):
             # para_max's paper mask counts free servers only: its degree may not fit or meet the target.
             degree = max((d for d in state.feasibility.degrees if d < degree and self._placeable(state.feasibility, d)),
                          default=degree)
@@ -876,13 +888,13 @@ class AdaptivePolicy:
                     self.condition_critic_changed += changed != degree
                     degree = changed
                     break
-        return placed_decision(state.feasibility, degree, self.block_search,
-                               horizon_left_s(state) if self.horizon_guard else None)
+        return placed_decision(state.feasibility, degree, self.decision.block_search,
+                               horizon_left_s(state) if self.decision.horizon_guard else None)
 
     def _placeable(self, table: FeasibilityTable, degree: int) -> bool:
         """Whether the job is accepted at ``degree`` as this agent places it."""
-        return table.feasible(degree) or (self.block_search > 0
-                                          and first_feasible_block(table, degree, self.block_search) is not None)
+        return table.feasible(degree) or (self.decision.block_search > 0
+                                          and first_feasible_block(table, degree, self.decision.block_search) is not None)
 
 
 # ---------------------------------------------------------------------------- training conditions

@@ -6,6 +6,7 @@ import itertools
 import logging
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -60,6 +61,20 @@ class _Prefer:
         return np.all(rules == self.row, axis=1).astype(float)
 
 
+
+#: The settings of the first adaptive agent (the selector alone, first fit, no guard): most tests
+#: change one setting from these, so that the behaviour they check is that setting's alone.
+FIRST_AGENT = {"shadow_rules": 0, "shadow_margin": 3, "shadow_all_above_servers": None, "selector_margin": 0.0,
+               "shadow_novelty": None, "shadow_familiar_z": None, "shadow_novel_margin": None,
+               "shadow_warmup_scales": False, "lookup_after_window": False, "hold_until_window": False,
+               "hold_from_job": 1, "block_search": 0, "shadow_blocks": False, "horizon_guard": False,
+               "condition_critics": None, "feasible_fallback": False}
+
+
+def _agent(*args, **settings) -> AdaptivePolicy:
+    """:class:`AdaptivePolicy` with :data:`FIRST_AGENT`'s settings, then ``settings``."""
+    return AdaptivePolicy(*args, **{**FIRST_AGENT, **settings})
+
 def test_rule_candidates_cover_every_offered_degree() -> None:
     small = build_topology(compose_sim_config(["scenario=paper"]))
     assert [r.label for r in rule_candidates(small)] == [
@@ -112,7 +127,7 @@ def test_selector_picks_its_rule_and_then_behaves_exactly_like_it() -> None:
     cfg = compose_sim_config(SHORT)
     topo = build_topology(cfg)
     for label, heuristic in (("min_feasible(6)", MinFeasible(6)), ("para_max(16)", ParaMax(16))):
-        policy = AdaptivePolicy(weights=_Prefer(label, topo))
+        policy = _agent(weights=_Prefer(label, topo))
         blocking = []
         for pol in (policy, heuristic):
             sim = build_simulation(cfg, seed=11)
@@ -155,7 +170,7 @@ def test_selector_margin_keeps_the_rule_until_another_scores_more_than_it_better
     switches = sum(a != b for a, b in zip(late, late[1:], strict=False))
     assert (switches == 0) == (margin == 100.0) and len(late) > 100
     with pytest.raises(ConfigError, match="selector_margin"):
-        AdaptivePolicy(weights=weights, selector_margin=-0.1)
+        _agent(weights=weights, selector_margin=-0.1)
 
 
 def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> None:
@@ -170,7 +185,7 @@ def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> Non
     held, _ = _episode(_Noisy(2), hold_until_window=True, selector_margin=100.0)
     assert held.chosen == [first] * len(policy.chosen)
     with pytest.raises(ConfigError, match="hold_until_window"):
-        AdaptivePolicy(weights=weights, hold_until_window=1)
+        _agent(weights=weights, hold_until_window=1)
     # Held from a later job (one whose pick differs from the first's): the jobs before it take their
     # own picks, then its pick is held.
     k = next(i for i in range(5, window - 1) if raw[i] != first)
@@ -178,7 +193,7 @@ def test_hold_until_window_keeps_the_first_pick_over_the_partial_window() -> Non
     assert late.chosen == raw[:k] + [raw[k]] * (window - 1 - k) + raw[window - 1:]
     for bad in (0, 2.0, True, None):
         with pytest.raises(ConfigError, match="hold_from_job"):
-            AdaptivePolicy(weights=weights, hold_from_job=bad)
+            _agent(weights=weights, hold_from_job=bad)
 
 
 class _TwoMinds:
@@ -203,7 +218,7 @@ def test_lookup_after_window_leaves_the_partial_window_jobs_to_the_mlp(after_win
     first = "min_feasible(4)" if after_window else "min_feasible(6)"
     assert policy.chosen == [first] * (window - 1) + ["min_feasible(6)"] * (len(policy.chosen) - window + 1)
     with pytest.raises(ConfigError, match="lookup_after_window"):
-        AdaptivePolicy(weights=weights, lookup_after_window="yes")
+        _agent(weights=weights, lookup_after_window="yes")
 
 
 def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
@@ -222,7 +237,7 @@ def test_checkpoint_roundtrip_and_bad_files(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read adaptive checkpoint"):
         load_adaptive(tmp_path / "bad.npz")
     with pytest.raises(ConfigError, match="no adaptive checkpoint"):
-        AdaptivePolicy("no/such/run")
+        _agent("no/such/run")
 
 
 def test_sampled_conditions_build_and_are_reproducible() -> None:
@@ -275,7 +290,7 @@ def _run(policy: AdaptivePolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:
 def _episode(weights, **options) -> tuple[AdaptivePolicy, list[str]]:
     """One :data:`PAST_WINDOW` episode of an agent with stand-in ``weights``; the rules' labels."""
     cfg = compose_sim_config(PAST_WINDOW)
-    policy = AdaptivePolicy(weights=weights, **options)
+    policy = _agent(weights=weights, **options)
     _run(policy, cfg)
     return policy, [r.label for r in rule_candidates(build_topology(cfg))]
 
@@ -284,24 +299,24 @@ def test_shadows_overrule_a_wrong_selector_and_leave_a_right_one_alone() -> None
     cfg = compose_sim_config(PAPER_D)
     topo = build_topology(cfg)
     # A selector that always says para_max(16), the worst rule for beta D at this load.
-    wrong = AdaptivePolicy(weights=_Prefer("para_max(16)", topo))
+    wrong = _agent(weights=_Prefer("para_max(16)", topo))
     para_max, para_max_degrees = _run(wrong, cfg)
     assert set(wrong.chosen) == {"para_max(16)"}
-    corrected = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8)
+    corrected = _agent(weights=_Prefer("para_max(16)", topo), shadow_rules=8)
     blocking, degrees = _run(corrected, cfg)
     assert len(corrected.shadows) == len(rule_candidates(topo))  # 7 rules, all shadowed
     switched = corrected.chosen.index(next(c for c in corrected.chosen if c != "para_max(16)"))
-    assert corrected.shadow_warmup <= switched < 250 and corrected.chosen[-1].startswith("min_feasible")
+    assert corrected.shadow.shadow_warmup <= switched < 250 and corrected.chosen[-1].startswith("min_feasible")
     assert degrees[:switched] == para_max_degrees[:switched]  # the selector alone for the first 64 jobs, at least
     assert blocking < para_max - 0.03
-    assert (blocking, degrees) == _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
+    assert (blocking, degrees) == _run(_agent(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
     # A selector already on the shadows' leader is never overruled.
     leader = min(corrected.shadows, key=lambda s: s.blocked).rule.label
-    right = AdaptivePolicy(weights=_Prefer(leader, topo), shadow_rules=8)
+    right = _agent(weights=_Prefer(leader, topo), shadow_rules=8)
     _run(right, cfg)
     assert set(right.chosen) == {leader}
     # Shadows for the selector's best 2 rules only: an unshadowed pick cannot be overruled.
-    two = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2)
+    two = _agent(weights=_Prefer("para_max(16)", topo), shadow_rules=2)
     _run(two, cfg)
     assert len(two.shadows) == 2 and two.shadows[0].rule.label == "para_max(16)"
 
@@ -310,13 +325,13 @@ def test_big_clusters_shadow_every_rule_with_a_warmup_that_grows_with_the_cluste
     cfg = compose_sim_config(PAPER_D)
     topo = build_topology(cfg)
     rules = rule_candidates(topo)
-    everything = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=len(rules))
+    everything = _agent(weights=_Prefer("para_max(16)", topo), shadow_rules=len(rules))
     expected = _run(everything, cfg)
     # Above the threshold two shadow rules become every rule; on 32 servers the warm-up is unchanged.
-    big = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2,
+    big = _agent(weights=_Prefer("para_max(16)", topo), shadow_rules=2,
                          shadow_all_above_servers=topo.num_servers - 1)
     assert _run(big, cfg) == expected and len(big.shadows) == len(rules)
-    at = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=2, shadow_all_above_servers=topo.num_servers)
+    at = _agent(weights=_Prefer("para_max(16)", topo), shadow_rules=2, shadow_all_above_servers=topo.num_servers)
     _run(at, cfg)
     assert len(at.shadows) == 2  # not above it: the selector's best two
     # 64 servers take twice the arrivals to fill: the shadows may overrule after 128 jobs, not 64.
@@ -325,7 +340,7 @@ def test_big_clusters_shadow_every_rule_with_a_warmup_that_grows_with_the_cluste
     topo64 = build_topology(cfg64)
     switched = []
     for threshold in (None, 32):
-        policy = AdaptivePolicy(weights=_Prefer("para_max(16)", topo64), shadow_rules=8, shadow_warmup=64,
+        policy = _agent(weights=_Prefer("para_max(16)", topo64), shadow_rules=8, shadow_warmup=64,
                                 shadow_all_above_servers=threshold)
         _run(policy, cfg64)
         switched.append(next(i for i, c in enumerate(policy.chosen) if c != "para_max(16)"))
@@ -339,15 +354,15 @@ def test_the_warm_up_may_grow_with_every_cluster() -> None:
     as without it."""
     cfg = compose_sim_config(PAPER_D)
     topo = build_topology(cfg)
-    plain = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
-    scaled = AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8, shadow_warmup_scales=True)
+    plain = _run(_agent(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
+    scaled = _agent(weights=_Prefer("para_max(16)", topo), shadow_rules=8, shadow_warmup_scales=True)
     assert _run(scaled, cfg) == plain and scaled.warmup_jobs == 64
     cfg64 = compose_sim_config(["scenario=paper", "beta=D", "cluster=ramp64", "mean_interarrival_s=500",
                                 "horizon_s=150000", "progress=false"])
     topo64 = build_topology(cfg64)
     switched = []
     for scales in (False, True):
-        policy = AdaptivePolicy(weights=_Prefer("para_max(16)", topo64), shadow_rules=8, shadow_warmup=64,
+        policy = _agent(weights=_Prefer("para_max(16)", topo64), shadow_rules=8, shadow_warmup=64,
                                 shadow_warmup_scales=scales)
         _run(policy, cfg64)
         assert len(policy.shadows) == 8 and policy.warmup_jobs == (128 if scales else 64)
@@ -355,7 +370,7 @@ def test_the_warm_up_may_grow_with_every_cluster() -> None:
     assert switched[0] < 128 <= switched[1] < 250
     for bad in (1, "true", None):
         with pytest.raises(ConfigError, match="shadow_warmup_scales"):
-            AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_warmup_scales=bad)
+            _agent(weights=_Prefer("para_max(16)", topo), shadow_warmup_scales=bad)
 
 
 class _PreferAt(_Prefer):
@@ -372,18 +387,18 @@ class _PreferAt(_Prefer):
 def test_shadows_keep_off_familiar_conditions_unless_the_evidence_is_stronger() -> None:
     cfg = compose_sim_config(PAPER_D)
     topo = build_topology(cfg)
-    alone = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo)), cfg)
-    shadowed = _run(AdaptivePolicy(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
+    alone = _run(_agent(weights=_Prefer("para_max(16)", topo)), cfg)
+    shadowed = _run(_agent(weights=_Prefer("para_max(16)", topo), shadow_rules=8), cfg)
     assert shadowed != alone  # the shadows overrule this wrong selector (previous test)
     # Familiar (0.1 <= 0.4) and no familiar_z: the selector alone, decision for decision.
-    familiar = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.1), shadow_rules=8, shadow_novelty=0.4)
+    familiar = _agent(weights=_PreferAt("para_max(16)", topo, 0.1), shadow_rules=8, shadow_novelty=0.4)
     assert _run(familiar, cfg) == alone and familiar.novelty == pytest.approx(0.1)
     # Novel (0.9 > 0.4): the shadows as without the option.
-    novel = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_rules=8, shadow_novelty=0.4)
+    novel = _agent(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_rules=8, shadow_novelty=0.4)
     assert _run(novel, cfg) == shadowed
     # Familiar, with the same z as the shadows' own: as without the option; with a huge z: alone.
     for z, expected in ((1.0, shadowed), (1e6, alone)):
-        policy = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.1), shadow_rules=8, shadow_novelty=0.4,
+        policy = _agent(weights=_PreferAt("para_max(16)", topo, 0.1), shadow_rules=8, shadow_novelty=0.4,
                                 shadow_familiar_z=z)
         assert _run(policy, cfg) == expected
 
@@ -395,7 +410,7 @@ def test_a_novel_condition_may_take_its_own_shadow_margin() -> None:
     topo = build_topology(cfg)
 
     def first_switch(novelty: float, **options) -> tuple[int, tuple[float, list[int]]]:
-        policy = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, novelty), shadow_rules=8, shadow_margin=30,
+        policy = _agent(weights=_PreferAt("para_max(16)", topo, novelty), shadow_rules=8, shadow_margin=30,
                                 shadow_novelty=0.4, shadow_familiar_z=1.0, **options)
         result = _run(policy, cfg)
         return next((i for i, c in enumerate(policy.chosen) if c != "para_max(16)"), len(policy.chosen)), result
@@ -408,9 +423,9 @@ def test_a_novel_condition_may_take_its_own_shadow_margin() -> None:
     assert 64 <= sooner_at < base_at < later_at and sooner != base  # after the warm-up (64 jobs)
     for bad in (-1, 2.5, True):
         with pytest.raises(ConfigError, match="shadow_novel_margin"):
-            AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_novelty=0.4, shadow_novel_margin=bad)
+            _agent(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_novelty=0.4, shadow_novel_margin=bad)
     # Without shadow_novelty no condition is novel: shadow_margin everywhere.
-    plain = AdaptivePolicy(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_rules=8, shadow_margin=30,
+    plain = _agent(weights=_PreferAt("para_max(16)", topo, 0.9), shadow_rules=8, shadow_margin=30,
                            shadow_novel_margin=10)
     assert _run(plain, cfg) == base
 
@@ -432,7 +447,7 @@ def test_novelty_is_the_scaled_distance_to_the_nearest_training_condition(tmp_pa
     weights.reference = None  # a checkpoint saved before references: the option cannot be used
     save_adaptive(tmp_path / "old.npz", weights, {})
     with pytest.raises(ConfigError, match="shadow_novelty.*no reference conditions"):
-        AdaptivePolicy(tmp_path / "old.npz", shadow_rules=8, shadow_novelty=0.4)
+        _agent(tmp_path / "old.npz", shadow_rules=8, shadow_novelty=0.4)
 
 
 def test_shadow_options_are_checked() -> None:
@@ -443,7 +458,7 @@ def test_shadow_options_are_checked() -> None:
                      ("shadow_novelty", float("inf")), ("shadow_familiar_z", float("nan")),
                      ("shadow_blocks", 1), ("shadow_blocks", "yes"), ("horizon_guard", 1), ("feasible_fallback", "no")):
         with pytest.raises(ConfigError, match=key):
-            AdaptivePolicy(weights=SelectorWeights([]), **{key: bad})
+            _agent(weights=SelectorWeights([]), **{key: bad})
 
 
 def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_old_draws() -> None:
@@ -577,9 +592,9 @@ def test_window_changes_the_features_not_the_blocking_and_travels_with_the_check
     weights = SelectorWeights([(np.zeros((2, CONDITION_FEATURES + RULE_FEATURES)), np.zeros(2)),
                                (np.zeros((1, 2)), np.zeros(1))])
     save_adaptive(tmp_path / "adaptive.npz", weights, {"train_config": {"window": 4}})
-    assert AdaptivePolicy(tmp_path / "adaptive.npz").tracker.window == 4
+    assert _agent(tmp_path / "adaptive.npz").tracker.window == 4
     save_adaptive(tmp_path / "adaptive.npz", weights, {"train_config": {}})  # trained before the option
-    assert AdaptivePolicy(tmp_path / "adaptive.npz").tracker.window == 64
+    assert _agent(tmp_path / "adaptive.npz").tracker.window == 64
 
 
 def test_an_agent_run_with_another_placement_than_its_labels_says_so(tmp_path, caplog) -> None:
@@ -587,9 +602,9 @@ def test_an_agent_run_with_another_placement_than_its_labels_says_so(tmp_path, c
                                (np.zeros((1, 2)), np.zeros(1))])
     save_adaptive(tmp_path / "blocks.npz", weights, {"train_config": {"block_search": 64}})
     with caplog.at_level(logging.WARNING, logger="pacml.adaptive"):
-        AdaptivePolicy(tmp_path / "blocks.npz", block_search=64)
+        _agent(tmp_path / "blocks.npz", block_search=64)
         assert not caplog.records
-        AdaptivePolicy(tmp_path / "blocks.npz", block_search=0)
+        _agent(tmp_path / "blocks.npz", block_search=0)
     assert len(caplog.records) == 1 and "trained on rules placed with block_search=64" in caplog.records[0].message
 
 
@@ -863,27 +878,27 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
                               *([] if knn else MLP_SETTINGS)])
     assert cfg.policy.checkpoint == (name if knn else "paper_adaptive")  # the family's agent by default
     policy = build_policy(cfg)  # as pacml-sim builds it: the default checkpoint, 8 shadow clusters
-    assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow_rules == 8
-    assert (policy.weights.neighbours is not None) == knn and policy.hold_until_window == knn
-    assert (policy.lookup_after_window, policy.selector_margin, policy.shadow_margin, policy.block_search,
-            policy.shadow_blocks, policy.horizon_guard, policy.feasible_fallback) == (
+    assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow.shadow_rules == 8
+    assert (policy.weights.neighbours is not None) == knn and policy.selector.hold_until_window == knn
+    assert (policy.selector.lookup_after_window, policy.selector.selector_margin, policy.shadow.shadow_margin, policy.decision.block_search,
+            policy.shadow.shadow_blocks, policy.decision.horizon_guard, policy.decision.feasible_fallback) == (
                 (True, 0.01, 10, 64, True, True, True) if knn else (False, 0.0, 3, 0, True, True, True))
     # Novel conditions (mean novelty above 0.45) take shadow margin 3; familiar ones keep the shadows' z.
-    assert (policy.shadow_novelty, policy.shadow_familiar_z, policy.shadow_novel_margin) == (
-        (0.45, policy.shadow_z, 3) if knn else (None, policy.shadow_z, 3))  # paper_adaptive holds no reference
+    assert (policy.shadow.shadow_novelty, policy.shadow.shadow_familiar_z, policy.shadow.shadow_novel_margin) == (
+        (0.45, policy.shadow.shadow_z, 3) if knn else (None, policy.shadow.shadow_z, 3))  # paper_adaptive holds no reference
     result = build_simulation(cfg, seed=0).run(policy)
     topo = build_topology(cfg)
     # A short episode's start is noisy (the condition estimate has few arrivals): only a sanity bound.
     assert result.summary["num_jobs_arrived"] >= 140 and result.summary["blocking_rate"] < 0.75
     assert set(policy.chosen) <= {r.label for r in rule_candidates(topo)}
     # The selector's best 8 rules shadowed on the paper cluster; every rule above
-    # policy.shadow_all_above_servers (256); the warm-up scaled by servers / 32 on every cluster.
-    big = topo.num_servers > policy.shadow_all_above_servers
-    assert big == (cluster != "ramp32") and policy.shadow_warmup_scales
+    # policy.shadow.shadow_all_above_servers (256); the warm-up scaled by servers / 32 on every cluster.
+    big = topo.num_servers > policy.shadow.shadow_all_above_servers
+    assert big == (cluster != "ramp32") and policy.shadow.shadow_warmup_scales
     assert len(policy.shadows) == (len(rule_candidates(topo)) if big else min(8, len(rule_candidates(topo))))
-    assert policy.warmup_jobs == policy.shadow_warmup * topo.num_servers // 32
+    assert policy.warmup_jobs == policy.shadow.shadow_warmup * topo.num_servers // 32
     assert all(s.decided == len(policy.chosen) for s in policy.shadows)
-    assert all(s.block_search == policy.block_search for s in policy.shadows)  # placed as the agent places
+    assert all(s.block_search == policy.decision.block_search for s in policy.shadows)  # placed as the agent places
 
 
 def _load_switch_bench():
@@ -930,8 +945,8 @@ def test_block_search_places_the_rules_degree_in_the_first_feasible_block() -> N
 
     cfg = compose_sim_config(PAPER_D)
     topo = build_topology(cfg)
-    plain = AdaptivePolicy(weights=_Prefer("min_feasible(4)", topo))
-    blocks = AdaptivePolicy(weights=_Prefer("min_feasible(4)", topo), block_search=64)
+    plain = _agent(weights=_Prefer("min_feasible(4)", topo))
+    blocks = _agent(weights=_Prefer("min_feasible(4)", topo), block_search=64)
     sim = build_simulation(cfg, seed=5)
     placed = 0
     while (job := sim.next_job()) is not None:
@@ -946,7 +961,7 @@ def test_block_search_places_the_rules_degree_in_the_first_feasible_block() -> N
     assert placed > 0
     for bad in (-1, 1.5, True):
         with pytest.raises(ConfigError, match="block_search"):
-            AdaptivePolicy(weights=_Prefer("min_feasible(4)", topo), block_search=bad)
+            _agent(weights=_Prefer("min_feasible(4)", topo), block_search=bad)
 
 
 def test_condition_critic_applies_only_on_its_training_condition() -> None:
@@ -975,9 +990,9 @@ def test_condition_critic_applies_only_on_its_training_condition() -> None:
                     seen.append(critic.applies(tracker.features(topology), tracker.log_mean_sequential_s(), state))
         assert len(seen) == 2 * 137 and set(seen) == {expected}, overrides
     with pytest.raises(ConfigError, match="condition_critics"):
-        AdaptivePolicy(weights=weights, condition_critics="paper_betaD_critic")  # type: ignore[arg-type]
+        _agent(weights=weights, condition_critics="paper_betaD_critic")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="condition_critic_radius"):
-        AdaptivePolicy(weights=weights, condition_critic_radius=-1.0)
+        _agent(weights=weights, condition_critic_radius=-1.0)
     with pytest.raises(ConfigError, match="not a critic one"):
         ConditionCritic("paper_adaptive_knn", weights.reference.std(axis=0), 0.4)
 
@@ -988,7 +1003,7 @@ def test_condition_critic_changes_decisions_only_where_it_applies() -> None:
     for beta, applies in (("D", True), ("B", False)):
         cfg = compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=2e5", "progress=false", "policy=pacml"])
         plain = build_policy(cfg)
-        with_critic = AdaptivePolicy(**{**{k: v for k, v in cfg.policy.items() if k != "_target_"},
+        with_critic = _agent(**{**{k: v for k, v in cfg.policy.items() if k != "_target_"},
                                         "condition_critics": ["paper_betaD_critic"]})
         runs = [build_simulation(cfg, seed=500100).run(p) for p in (plain, with_critic)]
         assert (with_critic.condition_critic_seen > 100) == applies and (with_critic.condition_critic_changed > 0) == applies
@@ -1005,9 +1020,9 @@ def test_feasible_fallback_changes_only_degrees_the_job_could_not_take() -> None
     changed = 0
     for seed in (500100, 500102):
         plain = build_policy(cfg)
-        plain.feasible_fallback = False
+        plain.decision = replace(plain.decision, feasible_fallback=False)
         fallback = build_policy(cfg)
-        assert fallback.feasible_fallback
+        assert fallback.decision.feasible_fallback
         inner = fallback.decide
 
         def spy(job, state, inner=inner, plain=plain, placeable=fallback._placeable):
