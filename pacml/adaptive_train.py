@@ -66,7 +66,7 @@ class AdaptiveTrainConfig:
     torch_threads: int = 1
     batch_rows: int = 20000
     minibatch_rows: int | None = None
-    core_frac: float = 0.0
+    core_frac: float = 0.5
     scenario: str = "paper"
     window: int = WINDOW
     neighbours: int | None = None

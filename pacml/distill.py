@@ -76,14 +76,14 @@ class DistillConfig:
     """
 
     checkpoint: str = "paper_betaD"
-    episodes: int = 16
+    episodes: int = 24
     workers: int = 2
     window_jobs: int = 100
     num_futures: int = 32
     margin_jobs: float = 0.25
     seed: int = 0
     eval_seeds: list[int] = field(default_factory=lambda: list(range(500000, 500016)))
-    time_budget_s: float | None = None
+    time_budget_s: float | None = 2100.0
     torch_threads: int = 1
     demos_dir: str | None = None
     critic_epochs: int = 25

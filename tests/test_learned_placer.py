@@ -254,7 +254,7 @@ def _trainer(out: Path, updates: int) -> PlacerTrainer:
     graphs = [("resnet18", load_compute_graph("resnet18")), ("indep", independent_ops(6))]
     dev = mesh(Device("g0", "gpu", 1.0, 80e9), Device("g1", "gpu", 1.0, 80e9))
     return PlacerTrainer(graphs, [("two", dev)], ["step"], net=NetConfig(hidden=8, layers=1),
-                         ppo=PPOSettings(batch=4, tasks_per_update=1, epochs=2), out_dir=out, seed=5,
+                         ppo=PPOSettings(batch=4, tasks_per_update=1, epochs=2, learning_rate=1e-3), out_dir=out, seed=5,
                          max_updates=updates, validate_every=2, validation_tasks=2, checkpoint_every=1)
 
 

@@ -158,7 +158,10 @@ def test_gae_with_lambda_one_is_the_discounted_return_minus_value() -> None:
 def _tiny_ppo(**kw) -> PPOConfig:
     base = {"total_steps": 2 * 2 * 16, "num_envs": 2, "num_steps": 16, "num_minibatches": 2, "update_epochs": 2,
                 "hidden_channels": 16, "num_layers": 2, "eval_every": 1000, "checkpoint_every": 1, "time_budget_s": None,
-                "eval_seeds": [7], "seed": 3}
+                "eval_seeds": [7], "seed": 3,
+                # the first agent's PPO settings (the code defaults before they became conf/train.yaml's)
+                "learning_rate": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.01,
+                "target_kl": None, "warmstart": None}
     base.update(kw)
     return PPOConfig(**base)
 

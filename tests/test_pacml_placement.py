@@ -75,7 +75,8 @@ def test_learned_placement_trains_and_runs_in_the_simulator(short_config, tmp_pa
     cfg = PPOConfig(total_steps=64, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, hidden_channels=16,
                     num_layers=2, eval_every=1, checkpoint_every=1, time_budget_s=None, eval_seeds=[7],
                     placement_candidates=4, warmstart="auto", warmstart_candidates=[1, 4], warmstart_episodes=1,
-                    warmstart_epochs=5)
+                    warmstart_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
+                    ent_coef=0.01, target_kl=None)
     Trainer(short_config, cfg, tmp_path).train(progress=False)
     policy = PacMLBetaPolicy(tmp_path / "policy.pt")
     assert policy.encoder.placement_candidates == 4

@@ -13,38 +13,38 @@ from dataclasses import dataclass, field
 class PPOConfig:
     """PPO hyper-parameters and training-loop settings (one docstring per field)."""
 
-    total_steps: int = 500_000
+    total_steps: int = 2_000_000
     """Decisions (environment steps, summed over environments) to train for."""
-    time_budget_s: float | None = 3600.0
+    time_budget_s: float | None = 2700.0
     """Wall time for everything, warm start and final checkpoint included (summed over resumed
     sessions, counted from the trainer's creation); ``None``: no limit."""
-    num_envs: int = 4
+    num_envs: int = 8
     """Environments stepped in lock-step."""
     num_steps: int = 256
     """Steps per environment per rollout (batch = num_envs x num_steps)."""
-    learning_rate: float = 3e-4
+    learning_rate: float = 3e-5
     """Adam learning rate."""
     anneal_lr: bool = True
     """Linearly anneal the learning rate to 0 over ``total_steps``."""
-    gamma: float = 0.99
+    gamma: float = 0.999
     """Discount factor (one step = one job arrival)."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = 0.98
     """GAE lambda."""
     num_minibatches: int = 4
     """Minibatches per epoch."""
     update_epochs: int = 4
     """Passes over each batch."""
-    clip_coef: float = 0.2
+    clip_coef: float = 0.1
     """Surrogate clipping coefficient."""
     clip_vloss: bool = True
     """Clip the value loss as PPO2 does."""
-    ent_coef: float = 0.01
+    ent_coef: float = 0.0
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
     """Gradient clipping norm."""
-    target_kl: float | None = None
+    target_kl: float | None = 0.01
     """Stop an update's epochs early when the approximate KL exceeds this."""
     hidden_channels: int = 64
     """Width of the GNN and MLPs."""
@@ -55,7 +55,7 @@ class PPOConfig:
     placement_candidates: int = 0
     """0: the agent picks degrees, first-fit places them; K > 0: learned placement over the first
     K free blocks of each degree."""
-    warmstart: str | None = None
+    warmstart: str | None = "auto"
     """Behaviour-cloning warm start before PPO: ``auto`` imitates the best ``min_feasible``
     variant (smallest feasible degree >= k, k from ``warmstart_candidates``, chosen on the
     validation seeds); ``None`` trains from scratch."""
@@ -69,9 +69,9 @@ class PPOConfig:
     """Adam learning rate of the imitation phase (PPO then uses ``learning_rate``)."""
     warmstart_budget_frac: float = 0.5
     """Largest share of the remaining time budget the warm start may use (the rest is PPO's)."""
-    checkpoint_every: int = 5
+    checkpoint_every: int = 10
     """Updates between checkpoints."""
-    eval_every: int = 5
+    eval_every: int = 10
     """Updates between validation runs."""
     eval_seeds: list[int] = field(default_factory=lambda: [500_000, 500_001])
     """Simulation seeds of the validation episodes (greedy policy); best = lowest blocking."""

@@ -51,7 +51,7 @@ class PPOSettings:
     tasks_per_update: int = 4
     epochs: int = 4
     clip: float = 0.2
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-4
     ent_coef: float = 0.01
     max_grad_norm: float = 1.0
     infeasible_reward: float = -3.0
