@@ -231,7 +231,7 @@ class NeighbourTable:
     where the best rule jumps with the load and the targets; the lookup does not, and leaves half
     the MLP's held-out regret on the same search. In simulation it still loses to the MLP: over
     the first jobs its pick flips between near-tied rules, and mixing rules blocks more than either
-    alone (BENCHMARKS §10), so training builds it only on request. Clusters whose rule set no
+    alone, so training builds it only on request. Clusters whose rule set no
     training condition had fall back to the MLP.
 
     Attributes:
@@ -599,11 +599,11 @@ class AdaptivePolicy:
         shadow_z: Standard deviations by which it must lead (paired test).
         shadow_all_above_servers: Clusters with more servers than this shadow every rule they offer, and the warm-up grows with the
             cluster: ``shadow_warmup x servers / 32`` jobs (``None``: the selector's best shadows on
-            every cluster, and the warm-up as ``shadow_warmup_scales`` says). At the paper's load per server a cluster N times the paper's 32 servers
-            takes N times the arrivals to fill, and the selector's labels there come from training
-            episodes that ended before it filled, so its best-scored rules need not include the
-            best one (on 512 servers its best 8 leave out ``min_feasible(8)``). Placed in blocks, a
-            late switch costs little on such a cluster (BENCHMARKS.md §10).
+            every cluster, and the warm-up as ``shadow_warmup_scales`` says). At the paper's load per
+            server a cluster N times the paper's 32 servers takes N times the arrivals to fill, and
+            the selector's labels there come from training episodes that ended before it filled, so
+            its best-scored rules need not include the best one (on 512 servers its best 8 leave out
+            ``min_feasible(8)``). Placed in blocks, a late switch costs little on such a cluster.
         selector_margin: Once the condition comes from a whole window of arrivals, the rule followed
             is kept until another scores more than this much better (the neighbour selector's
             scores are minus predicted regret, so this is in blocking rate; 0: each job's
@@ -630,7 +630,7 @@ class AdaptivePolicy:
             ``shadow_all_above_servers`` (false: only there). A cluster twice the paper's takes
             twice the arrivals to fill, and until it is full rules of small degrees lead by
             blocking little; on the 64-server RAMP those leads carried switches right after a
-            64-job warm-up that the rest of the episode did not repay (BENCHMARKS.md §10).
+            64-job warm-up that the rest of the episode did not repay.
         lookup_after_window: With a nearest-neighbour selector, the lookup decides only once the
             condition comes from a whole window of arrivals; before that the MLP does. The lookup
             is more accurate on whole-window conditions, but on the first jobs' partial-window
@@ -948,7 +948,7 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
     if that is more. At a given load per server a cluster 16 times bigger fills 16 times more
     arrivals after it starts empty: 500 arrivals on 512 servers end before it is full (blocking
     without the end term is about 0 for every rule at the paper's load), so they rank the rules
-    by the jobs left running at the horizon alone (BENCHMARKS §10). ``0``: ``jobs_per_episode``
+    by the jobs left running at the horizon alone. ``0``: ``jobs_per_episode``
     on every cluster, as before the option existed; the draws are the same either way.
 
     With probability ``core_frac`` the condition is a *core* one: the paper's RAMP, fixed (60 %)
@@ -962,7 +962,7 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
     the training graphs scale perfectly with the degree and never bind memory, so a job is its
     sequential time and target, and the shipped graphs' sizes leave a gap: mixes of near-equal
     sizes (spread 0.02-0.04 in log10) or with GNMT's short jobs (0.4). Between them the best rule
-    differs at the same load (BENCHMARKS.md §10, the unseen-graphs row).
+    differs at the same load.
     """
     core = core_frac > 0 and rng.random() < core_frac
     if core:

@@ -3,7 +3,7 @@
 The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) estimates, for every
 feasible degree, how many jobs will be blocked over the next arrivals. Imitating its *choices*
 fails: they are rare (3-8 % of decisions), marginal and noisy, and the agent's features only
-summarise the cluster (BENCHMARKS.md §3). This module instead regresses the planner's *estimates*:
+summarise the cluster. This module instead regresses the planner's *estimates*:
 
     delta(s, d) = expected blocked jobs after choosing d - after the agent's action,
 
@@ -287,7 +287,7 @@ class ConditionCritic:
     """A per-beta deviation critic that the adaptive agent applies only on its own training condition.
 
     A critic distilled around a per-beta agent (``pacml distill``) learned the paper's D at its
-    load; elsewhere its advice costs jobs (BENCHMARKS.md §10). So it applies only where the
+    load; elsewhere its advice costs jobs. So it applies only where the
     condition the agent observes (:class:`pacml.adaptive.ConditionTracker`, a whole window) lies
     within ``radius`` of the windows of its training condition (read from its
     ``distill_config.yaml``), in units of each feature's spread over the selector's training

@@ -8,9 +8,9 @@ The agent is two trained parts (conf/policy/pacml_adaptive.yaml):
 - the condition critic ``paper_betaD_critic``: ``pacml distill beta=D``, distilled around the
   per-beta D agent ``paper_betaD`` (``pacml train beta=D``), whose encoder it reads. That agent's
   ``policy.pt`` is its warm start (imitation of ``min_feasible(4)``): in 2 million PPO steps no
-  validation beat the warm start's 0.1064, so the best policy saved is the warm start's (the run of
-  2026-12-02 and a rerun of 2026-12-07 alike). Here it runs one PPO update (``ppo.total_steps=2048``),
-  which saves the same ``policy.pt`` as the 2-million-step run (compared byte for byte, BENCHMARKS §10).
+  validation beat the warm start's 0.1064, so the best policy saved is the warm start's. Here it
+  runs one PPO update (``ppo.total_steps=2048``), which saves the same ``policy.pt`` as the
+  2-million-step run (compared byte for byte).
 
 The selector runs alongside the per-beta D agent's PPO and then the distillation (the PPO uses one
 core; the teacher search and the distillation two processes each). Time budgets are raised so that

@@ -3,7 +3,7 @@
 The sequential decoder prices a group as one block (its forward nodes back to back, ready when
 every input group has finished). HEFT schedules node by node and fixes a group's device at the
 group's first node in its order. The two differ on graphs whose groups hold several forward
-nodes (colour classes) or are reached first through a backward node (BENCHMARKS.md §8). With
+nodes (colour classes) or are reached first through a backward node. With
 ``net.order=heft`` the decoder decides at each group's first node in HEFT's order and prices the
 devices from this clock: every node before it, of groups already placed, is scheduled on its
 group's device exactly as HEFT would (insertion into idle gaps, phases one after the other).

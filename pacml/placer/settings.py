@@ -23,10 +23,10 @@ class NetConfig:
     use_edges: bool = True
     prior: float = 5.0
     #: Earliest finish with insertion into idle gaps (HEFT's policy); False: after the device's last
-    #: group (placers trained before 2026-12-05).
+    #: group (the first placers were trained so).
     insertion: bool = False
     #: Placement order of the groups: ``rank`` (HEFT's upward rank over the forward pass, the
-    #: placers trained before 2026-12-06) or ``full_rank`` (HEFT's own: over the whole step, as
+    #: first placers' order) or ``full_rank`` (HEFT's own: over the whole step, as
     #: HEFT schedules it; see :func:`pacml.placer.problem.GroupProblem.from_objective`) or ``heft``
     #: (each group at its first node in HEFT's node order, times from HEFT's node-level clock:
     #: :mod:`pacml.placer.node_clock`; always with insertion).
