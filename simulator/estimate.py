@@ -3,7 +3,7 @@
 A run that cannot fit in memory, or would run for hours, is refused by the preflight of every
 simulator command with one line naming the key that overrides it (``max_estimated_hours``,
 ``max_estimated_memory_gb``). The estimate is a cost model fitted to ``benchmarks/sim/bench_scale.py``
-on the 2-core reference machine (BENCHMARKS.md): per decision, a policy's own cost plus a cost that
+on the 2-core reference machine: per decision, a policy's own cost plus a cost that
 grows with the cluster (the free-block search), and memory of the interpreter, the caches, the
 policy (torch) and the cluster. It is rough (measured off by up to 8x, both ways, on clusters far
 from the benchmark's): enough for a "this would take 40 hours" or "this needs 90 GB" refusal, not

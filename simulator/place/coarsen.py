@@ -366,7 +366,7 @@ def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed
 
     ``width`` (chain only): same-level clusters are packed into ``width`` lanes per level (the i-th
     cluster of a level into lane ``i mod width``), keeping up to ``width`` parallel branches or
-    shards of a level apart while the count allows (measured: mixed, see BENCHMARKS).
+    shards of a level apart while the count allows.
 
     Raises:
         ConfigError: ``max_groups < 1`` or an unknown method (naming ``method.max_groups`` /

@@ -41,7 +41,7 @@ def first_feasible_block(table: FeasibilityTable, degree: int, limit: int) -> Bl
 
     A rule's degree is otherwise placed by the scenario's placer (the paper's: ops first fit
     across the cluster); placing the job in a whole symmetric block, and looking past blocks
-    where it would miss its target, accepts more jobs (BENCHMARKS.md §10).
+    where it would miss its target, accepts more jobs.
     """
     if degree == 0 or limit <= 0:
         return None
@@ -233,7 +233,7 @@ class MinFeasible:
     blocked; it rejects only when no degree works. With ``min_degree > 1`` it takes the smallest
     feasible degree of at least ``min_degree`` (falling back to the largest feasible one below
     it): on the paper RAMP, 4-server blocks tile the cluster without stranding servers, which
-    packs more jobs than the narrowest degree does (see BENCHMARKS.md).
+    packs more jobs than the narrowest degree does.
 
     Args:
         min_degree: Smallest degree to prefer (1 = plain ``min_feasible``).
