@@ -939,17 +939,12 @@ def cluster_overrides(shape: tuple[int, int, int, int]) -> list[str]:
 
 
 def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core_frac: float = 0.0,
-                     scenario: str = "paper", jobs_per_server: float = 0.0, size_spread_frac: float = 0.0,
+                     scenario: str = "paper", size_spread_frac: float = 0.0,
                      spread_rng: np.random.Generator | None = None) -> list[str]:
     """Hydra overrides of one random training condition of ``scenario``'s family (``paper``:
     the original's units; ``physical``: milliseconds, block placement).
 
-    The episode has ``jobs_per_episode`` arrivals, or ``jobs_per_server`` per server of its cluster
-    if that is more. At a given load per server a cluster 16 times bigger fills 16 times more
-    arrivals after it starts empty: 500 arrivals on 512 servers end before it is full (blocking
-    without the end term is about 0 for every rule at the paper's load), so they rank the rules
-    by the jobs left running at the horizon alone. ``0``: ``jobs_per_episode``
-    on every cluster, as before the option existed; the draws are the same either way.
+    The episode has ``jobs_per_episode`` arrivals.
 
     With probability ``core_frac`` the condition is a *core* one: the paper's RAMP, fixed (60 %)
     or Poisson arrivals at 0.4x-2.5x the paper's load, the paper's five graphs in 70 % of them.
@@ -973,7 +968,7 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
         factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
     servers = c * r * s
     gap = SCENARIO_INTERARRIVAL_S[scenario] * PAPER_SERVERS / servers * factor
-    jobs = max(jobs_per_episode, math.ceil(jobs_per_server * servers))
+    jobs = jobs_per_episode
     beta = f"beta={TRAIN_BETAS[int(rng.choice(len(TRAIN_BETAS), p=TRAIN_BETA_WEIGHTS))]}"
     over = [f"scenario={scenario}", beta, *cluster_overrides((c, r, s, top)),
             f"arrivals={'poisson' if rng.random() < (0.4 if core else 0.5) else 'fixed'}",

@@ -52,7 +52,6 @@ class AdaptiveTrainConfig:
     num_conditions: int = 3000
     seeds_per_condition: int = 2
     jobs_per_episode: int = 500
-    jobs_per_server: float = 0.0
     size_spread_frac: float = 0.0
     workers: int = 2
     seed: int = 0
@@ -76,22 +75,14 @@ class AdaptiveTrainConfig:
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
     """The overrides of training condition ``index`` (a pure function of the run's seed)."""
     return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode, cfg.core_frac,
-                            cfg.scenario, cfg.jobs_per_server, cfg.size_spread_frac,
+                            cfg.scenario, cfg.size_spread_frac,
                             np.random.default_rng([cfg.seed, index, 1]))
 
 
 def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
-    """Training simulation seeds of condition ``index`` (>= TRAIN_SEED_LOW, never evaluation seeds).
-
-    An episode ``n`` times longer than ``jobs_per_episode`` (``jobs_per_server``) gets
-    ``seeds_per_condition / n`` seeds, rounded, at least one: about as many arrivals per condition, so
-    the big clusters' long episodes do not take over the search's time budget.
-    """
+    """Training simulation seeds of condition ``index`` (>= TRAIN_SEED_LOW, never evaluation seeds)."""
     base = TRAIN_SEED_LOW + 1000 * cfg.seed + index * cfg.seeds_per_condition
-    over = dict(o.split("=", 1) for o in condition_overrides(cfg, index))
-    jobs = round(float(over["horizon_s"]) / float(over["mean_interarrival_s"]))
-    count = max(1, round(cfg.seeds_per_condition * cfg.jobs_per_episode / max(jobs, cfg.jobs_per_episode)))
-    return [base + s for s in range(count)]
+    return [base + s for s in range(cfg.seeds_per_condition)]
 
 
 def _search_worker(args: tuple[list[str], list[int], str, int, int]) -> tuple[str, float]:
@@ -374,11 +365,11 @@ CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
 #: Retired settings and the value that turned them off: a saved run config (resume, refit) holding one
 #: at that value loads without it; at any other value it cannot be reproduced, so it is refused.
-RETIRED = {"tune_neighbours": False, "label_horizon_s": None}
+RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server": 0}
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
-SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "jobs_per_server", "size_spread_frac",
+SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "size_spread_frac",
                "seed", "core_frac",
                "scenario", "window", "block_search")
 
@@ -408,7 +399,7 @@ def command() -> Any:
 
     count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
     ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": Rule(int, low=20),
-              "jobs_per_server": Rule(float, low=0.0), "size_spread_frac": Rule(float, low=0.0, high=1.0),
+              "size_spread_frac": Rule(float, low=0.0, high=1.0),
               "workers": count, "seed": Rule(int, low=0, high=MAX_SEED),
               "time_budget_s": Rule(float | None, low=0.0, low_open=True),
               "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),

@@ -33,7 +33,6 @@ from pacml.adaptive import (
 from pacml.adaptive_train import (
     AdaptiveTrainConfig,
     baseline_regrets,
-    condition_seeds,
     fit,
     neighbour_table,
     selector_regret,
@@ -520,28 +519,6 @@ def test_size_spread_resizes_some_broad_mixes_and_leaves_every_other_draw_alone(
     assert len({g.fingerprint for g in got} | {g.fingerprint for g in want}) == 2 * len(want)
 
 
-def test_jobs_per_server_lengthens_big_clusters_episodes_only_and_gives_them_fewer_seeds() -> None:
-    def parts(over: list[str]) -> dict[str, str]:
-        return dict(o.split("=", 1) for o in over)
-
-    seen = set()
-    for i in range(120):
-        old = parts(sample_condition(np.random.default_rng([0, i]), 500, 0.5))
-        assert parts(sample_condition(np.random.default_rng([0, i]), 500, 0.5, jobs_per_server=0.0)) == old
-        new = parts(sample_condition(np.random.default_rng([0, i]), 500, 0.5, jobs_per_server=4.0))
-        assert {k: v for k, v in new.items() if k != "horizon_s"} == {k: v for k, v in old.items() if k != "horizon_s"}
-        servers = int(new["cluster.num_comm_groups"]) * int(new["cluster.num_racks_per_group"]) * int(
-            new["cluster.num_servers_per_rack"])
-        jobs = float(new["horizon_s"]) / float(new["mean_interarrival_s"])
-        assert jobs == pytest.approx(max(500, 4 * servers), rel=1e-4)
-        cfg = AdaptiveTrainConfig(core_frac=0.5, jobs_per_server=4.0)
-        seeds = condition_seeds(cfg, i)
-        assert len(seeds) == {32: 2, 64: 2, 128: 2, 256: 1, 512: 1}[servers]
-        assert seeds == condition_seeds(AdaptiveTrainConfig(core_frac=0.5), i)[:len(seeds)]
-        seen.add(servers)
-    assert {32, 512} <= seen
-
-
 @pytest.mark.parametrize("block_search", [0, 64])
 def test_teacher_search_matches_the_heuristic_runs(block_search) -> None:
     over = [*SHORT, "horizon_s=30000"]
@@ -812,8 +789,9 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     saved = OmegaConf.load(refit / "train_config.yaml")
     assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows, saved.refit) == (4, 8, str(source))
     # A run saved with a retired setting resumes without it at the value that turned it off, and not
-    # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds both, off).
-    for key, off, on in (("tune_neighbours", False, True), ("label_horizon_s", None, 1.0e6)):
+    # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds them, off).
+    for key, off, on in (("tune_neighbours", False, True), ("label_horizon_s", None, 1.0e6),
+                           ("jobs_per_server", 0, 4.0)):
         saved.adaptive[key] = off
         OmegaConf.save(saved, refit / "train_config.yaml")
         train_from_config(resume, refit, [f"resume={refit}"])
