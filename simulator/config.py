@@ -28,6 +28,7 @@ calls it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import importlib
@@ -43,7 +44,7 @@ from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from simulator.errors import ConfigError, raised_site
@@ -51,6 +52,17 @@ from simulator.estimate import estimate_run, refusal
 from workloads.errors import WorkloadError
 
 log = logging.getLogger(__name__)
+
+#: ``_target_`` paths that moved, old -> new, so that configs written before the move still build:
+#: the shipped checkpoints' ``train_config.yaml`` (``reward._target_``) and old run folders'
+#: ``.hydra/config.yaml``. :func:`import_target` and :func:`instantiate_checked` consult it.
+#: ``pacml.policy.PacMLPolicy`` is the per-beta agent (now ``PacMLBetaPolicy``), whatever class
+#: ``PacMLPolicy`` names later. These aliases go in the next release.
+OLD_TARGETS: dict[str, str] = {
+    "pacml.policy.PacMLPolicy": "pacml.agent.policy.PacMLBetaPolicy",
+    "pacml.rewards.JobAcceptance": "pacml.agent.rewards.JobAcceptance",
+    "pacml.rewards.AcceptedDemand": "pacml.agent.rewards.AcceptedDemand",
+}
 
 #: The shipped config directory (``conf/``).
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -255,6 +267,7 @@ def import_target(path: str, field: str) -> Any:
     """The class or function a ``_target_`` names, or a one-line :class:`ConfigError`."""
     if not isinstance(path, str) or "." not in path:
         raise ConfigError(f"must be a dotted path like 'package.module.Class', got {_describe(path)}", field=field)
+    path = OLD_TARGETS.get(path, path)
     module_name, _, attr = path.rpartition(".")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -478,8 +491,51 @@ def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
     return cfg
 
 
+def _old_target_nodes(node: Any) -> list[Any]:
+    """The mappings in ``node`` (itself included) whose ``_target_`` is a key of :data:`OLD_TARGETS`."""
+    found: list[Any] = []
+    if isinstance(node, DictConfig):
+        if node._is_none() or node._is_missing():
+            return found
+        target = node._get_node("_target_") if "_target_" in node else None
+        if target is not None and target._value() in OLD_TARGETS:
+            found.append(node)
+        children: list[Any] = [node._get_node(k) for k in node if k != "_target_"]
+    elif isinstance(node, ListConfig):
+        children = [] if node._is_none() or node._is_missing() else [node._get_node(i) for i in range(len(node))]
+    elif isinstance(node, dict):
+        if isinstance(node.get("_target_"), str) and node["_target_"] in OLD_TARGETS:
+            found.append(node)
+        children = [v for k, v in node.items() if k != "_target_"]
+    elif isinstance(node, list):
+        children = list(node)
+    else:
+        return found
+    for child in children:
+        if isinstance(child, DictConfig | ListConfig | dict | list):
+            found += _old_target_nodes(child)
+    return found
+
+
+def current_targets(node: Any) -> Any:
+    """``node`` with every old ``_target_`` replaced by its :data:`OLD_TARGETS` entry (a copy);
+    ``node`` itself when it names none."""
+    if not _old_target_nodes(node):
+        return node
+    node = copy.deepcopy(node)
+    for found in _old_target_nodes(node):
+        if isinstance(found, DictConfig):
+            with read_write(found):
+                found["_target_"] = OLD_TARGETS[found._get_node("_target_")._value()]
+        else:
+            found["_target_"] = OLD_TARGETS[found["_target_"]]
+    return node
+
+
 def instantiate_checked(node: Any, field: str) -> Any:
-    """``hydra.utils.instantiate`` that re-raises our own errors unwrapped."""
+    """``hydra.utils.instantiate`` that re-raises our own errors unwrapped (old ``_target_`` paths
+    are read through :data:`OLD_TARGETS`)."""
+    node = current_targets(node)
     try:
         return instantiate(node)
     except InstantiationException as exc:

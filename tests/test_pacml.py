@@ -467,6 +467,32 @@ def test_pacml_beta_policy_config_picks_the_checkpoint_for_the_beta() -> None:
     assert physical.policy.checkpoint == "physical_betaD"
 
 
+
+def test_old_target_paths_still_build_their_classes() -> None:
+    """Configs written before pacml/agent/ name old _target_s (simulator.config.OLD_TARGETS): an old
+    run's policy._target_=pacml.policy.PacMLPolicy is the per-beta agent, and every shipped
+    train_config.yaml's reward (pacml.rewards.*) builds."""
+    from omegaconf import OmegaConf
+
+    from pacml.agent.policy import SHIPPED_DIR
+    from pacml.agent.rewards import JobAcceptance
+    from simulator.build import build_policy, check_buildable
+    from simulator.config import OLD_TARGETS, import_target, instantiate_checked
+
+    old = compose_sim_config(["policy=pacml_beta", "beta=C"])
+    old.policy._target_ = "pacml.policy.PacMLPolicy"
+    check_buildable(old)
+    assert type(build_policy(old)) is PacMLBetaPolicy
+    assert old.policy._target_ == "pacml.policy.PacMLPolicy"  # the caller's config is left as written
+    saved = sorted(SHIPPED_DIR.glob("*/train_config.yaml"))
+    rewards = [OmegaConf.load(p).get("reward") for p in saved]
+    assert any(r is not None and r._target_ == "pacml.rewards.JobAcceptance" for r in rewards)
+    for reward in rewards:
+        if reward is not None:
+            assert isinstance(instantiate_checked(reward, "reward"), JobAcceptance)
+    for old_path, new_path in OLD_TARGETS.items():
+        assert import_target(old_path, "x") is import_target(new_path, "x")
+
 @pytest.mark.parametrize(("config", "overrides", "name", "field"), [
     ("pacml_beta", ["beta=uniform"], "paper_betaunnamed", "checkpoint"),
     ("pacml_beta", ["beta=fixed"], "paper_betaunnamed", "checkpoint"),
