@@ -384,7 +384,7 @@ def adaptive_run_dir(resume: str | None, default: str) -> str:
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    import pacml.agent.train  # noqa: F401  (registers pacml_resume_output_subdir)
+    import pacml.runfiles  # noqa: F401  (registers pacml_resume_output_subdir)
 
     OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
 

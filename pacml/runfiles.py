@@ -1,4 +1,6 @@
-"""Files every training run writes: the resumable checkpoint (keeping the one before) and metrics.csv.
+"""Files every training run writes: the resumable checkpoint (keeping the one before) and metrics.csv,
+the resolvers that send a resumed run's output into its own folder (``pacml_resume_run_dir``,
+``pacml_resume_output_subdir``, registered on import) and the process age a time budget counts from.
 
 Shared by ``pacml train`` (:mod:`pacml.agent.ppo`) and ``pacml train-placer`` (:mod:`pacml.placer.trainer`).
 """
@@ -124,3 +126,42 @@ def load_torch_file(path: str | Path, kind: str) -> Any:
                          "(no checkpoint of this tool does; not loaded)") from None
     except Exception as exc:  # noqa: BLE001 - zip, zlib and torch raise many types for a damaged archive
         raise ValueError(f"cannot read {kind} {path}: damaged archive ({_first_sentence(exc)})") from None
+
+
+def resume_run_dir(resume: str | None, default: str) -> str:
+    """``hydra.run.dir`` of ``conf/train.yaml``: the resumed run's own directory, if ``resume``
+    names a run directory or a checkpoint file in one, else ``default`` (a new run's folder).
+
+    Resuming into the run itself means no stray output folder named after the default config.
+    """
+    if resume:
+        path = Path(str(resume))
+        run = path if path.is_dir() else path.parent
+        if (run / CHECKPOINT).is_file() or (run / PREVIOUS_CHECKPOINT).is_file() or path.is_file():
+            return str(run)
+    return default
+
+
+def resume_output_subdir(resume: str | None, stamp: str) -> str:
+    """``hydra.output_subdir``: ``.hydra`` for a new run; ``.hydra/resume-<stamp>`` when resuming,
+    so the run's original ``.hydra/config.yaml`` is kept beside each resume's record."""
+    return f".hydra/resume-{stamp}" if resume else ".hydra"
+
+
+OmegaConf.register_new_resolver("pacml_resume_run_dir", resume_run_dir, replace=True)
+OmegaConf.register_new_resolver("pacml_resume_output_subdir", resume_output_subdir, replace=True)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (from Linux's ``/proc``; 0 where that is unavailable).
+
+    The console command's time budget starts with the process: imports and config composition
+    take seconds that ``ppo.time_budget_s`` must cover too.
+    """
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 import time
 import typing
@@ -29,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from pacml.agent.ppo_config import PPOConfig
-from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
+from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config, process_age_s
 from simulator.cli import HydraCommand, fail, preflight, report_user_errors
 from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules, instantiate_checked
 from simulator.errors import ConfigError
@@ -78,45 +77,6 @@ def _plain(cfg: DictConfig, key: str) -> object:
 
 #: Settings a resumed run may change on the command line (everything else comes from the run).
 RESUME_OVERRIDABLE = ("ppo.total_steps", "ppo.time_budget_s", "progress")
-
-
-def resume_run_dir(resume: str | None, default: str) -> str:
-    """``hydra.run.dir`` of ``conf/train.yaml``: the resumed run's own directory, if ``resume``
-    names a run directory or a checkpoint file in one, else ``default`` (a new run's folder).
-
-    Resuming into the run itself means no stray output folder named after the default config.
-    """
-    if resume:
-        path = Path(str(resume))
-        run = path if path.is_dir() else path.parent
-        if (run / CHECKPOINT).is_file() or (run / PREVIOUS_CHECKPOINT).is_file() or path.is_file():
-            return str(run)
-    return default
-
-
-def resume_output_subdir(resume: str | None, stamp: str) -> str:
-    """``hydra.output_subdir``: ``.hydra`` for a new run; ``.hydra/resume-<stamp>`` when resuming,
-    so the run's original ``.hydra/config.yaml`` is kept beside each resume's record."""
-    return f".hydra/resume-{stamp}" if resume else ".hydra"
-
-
-OmegaConf.register_new_resolver("pacml_resume_run_dir", resume_run_dir, replace=True)
-OmegaConf.register_new_resolver("pacml_resume_output_subdir", resume_output_subdir, replace=True)
-
-
-def process_age_s() -> float:
-    """Seconds since this process started (from Linux's ``/proc``; 0 where that is unavailable).
-
-    The console command's time budget starts with the process: imports and config composition
-    take seconds that ``ppo.time_budget_s`` must cover too.
-    """
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None,

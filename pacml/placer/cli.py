@@ -24,11 +24,15 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pacml.agent.train import process_age_s  # also registers the resume resolvers of the config
 from pacml.placer.checkpoint import SHIPPED_DIR
 from pacml.placer.problem import ORDERS
 from pacml.placer.settings import DECODERS, NetConfig, PPOSettings
-from pacml.runfiles import CHECKPOINT, PREVIOUS_CHECKPOINT, load_run_config
+from pacml.runfiles import (  # also registers the resume resolvers of the config
+    CHECKPOINT,
+    PREVIOUS_CHECKPOINT,
+    load_run_config,
+    process_age_s,
+)
 from simulator.cli import HydraCommand, override_keys, preflight, report_user_errors
 from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
 from simulator.errors import ConfigError
