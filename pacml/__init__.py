@@ -1,13 +1,26 @@
-"""PAC-ML: a GNN + PPO agent that chooses each arriving job's partition degree.
+"""PAC-ML: learned policies for a RAMP cluster and learned op placement (torch).
 
-``pacml.agent.env.ClusterEnv`` wraps the simulator as a Gymnasium environment (registered as
-``pacml/JobPartition-v0``), ``pacml.agent.model`` holds the PyG actor-critic, ``pacml.agent.ppo`` the training
-loop, and ``pacml.agent.policy.PacMLBetaPolicy`` runs a trained agent behind the simulator's policy interface.
+One concept per subpackage; each one's ``__init__`` docstring says what lives there and what it
+may import. Nothing here is imported by :mod:`simulator` or :mod:`workloads`.
 
-The environment is registered on ``import pacml`` (cheap: no torch, no simulator). Gymnasium
->= 1.0 has no plug-in entry points any more (``gymnasium.envs`` entry points were dropped in
-1.0), so code that never imports pacml uses gymnasium's module prefix, which imports pacml
-first: ``gym.make("pacml:pacml/JobPartition-v0")``.
+- ``pacml.agent``: the per-beta PAC-ML agent (``policy=pacml_beta``, ``pacml train``): Gymnasium
+  environment, observation features, rewards, PyG actor-critic, PPO, ``PacMLBetaPolicy``.
+- ``pacml.adaptive`` / ``pacml.adaptive_train`` / ``pacml.conditions``: the adaptive agent
+  (``policy=pacml``, ``pacml train-adaptive``), one agent across cluster conditions, with its
+  condition description as a leaf module (to become a subpackage).
+- ``pacml.critic`` / ``pacml.distill``: the per-beta condition critics and planner distillation
+  (``pacml distill``) (to become a subpackage).
+- ``pacml.placer``: the learned op placer (GDP / HSDAG style, ``method=learned``,
+  ``pacml train-placer``); ``pacml.placer.fx``: a PyTorch model as an op graph (torch.fx) and the
+  models of the placer's corpus.
+- ``pacml.runfiles``: files every training run writes (checkpoint, metrics, saved config), shared by
+  the trainers; ``pacml.cli``: the ``pacml`` command, which dispatches to each command's Hydra app.
+- ``pacml/checkpoints/``: the shipped agents, critics and placers (data, no code).
+
+The per-beta agent's environment is registered on ``import pacml`` as ``pacml/JobPartition-v0``
+(cheap: no torch, no simulator). Gymnasium >= 1.0 has no plug-in entry points any more
+(``gymnasium.envs`` entry points were dropped in 1.0), so code that never imports pacml uses
+gymnasium's module prefix, which imports pacml first: ``gym.make("pacml:pacml/JobPartition-v0")``.
 """
 
 import gymnasium as gym
