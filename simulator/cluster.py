@@ -127,7 +127,3 @@ class ClusterState:
     def occupancy(self) -> float:
         """Fraction of servers held."""
         return self.occupied_mask.bit_count() / self.topology.num_servers
-
-    def is_free(self, server: int) -> bool:
-        """Whether ``server`` is free."""
-        return not (self.occupied_mask >> server) & 1

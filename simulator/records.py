@@ -17,7 +17,7 @@ import re
 import tempfile
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -535,8 +535,3 @@ def summarise(records: Iterable[JobRecord], *, window_s: float, num_servers: int
     for r in records:
         acc.add(r)
     return acc.summary(num_servers=num_servers)
-
-
-def record_as_dict(record: JobRecord) -> dict[str, Any]:
-    """A record as a plain dict."""
-    return asdict(record)

@@ -19,12 +19,6 @@ from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
 
-
-def mask_words(mask: int, num_words: int) -> NDArray[np.uint64]:
-    """A server bitmask as little-endian 64-bit words."""
-    return np.frombuffer(mask.to_bytes(8 * num_words, "little"), dtype=np.uint64)
-
-
 Shape = tuple[int, int, int]
 """A block shape ``(num CGs, num racks, num servers)``; ``z = -1`` marks a diagonal block."""
 

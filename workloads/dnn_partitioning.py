@@ -35,12 +35,6 @@ EDGE_KEYS = {"sourceId", "destId", "cost", "size"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def looks_like_dnn_partitioning(document: Any) -> bool:
-    """Whether a parsed JSON document is in this format (by its keys, not the file name)."""
-    return isinstance(document, dict) and "nodes" in document and (
-        "maxFPGAs" in document or "maxSizePerFPGA" in document)
-
-
 def _number(value: Any, path: str, where: str, *, bound: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             0 <= value <= bound if isinstance(value, int) else math.isfinite(value) and 0 <= value <= bound):

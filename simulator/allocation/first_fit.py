@@ -565,11 +565,3 @@ class FirstFitAllocator:
             mask |= 1 << s
         return Placement(op_servers, tuple(held), mask,
                          placement_signature(op_servers, self.topology.coords, self._sig_kinds))
-
-    def clear_cache(self) -> None:
-        """Drop cached placements (they stay valid; this only frees memory)."""
-        self._cache.clear()
-        self._allowed_cache.clear()
-        self._relative.clear()
-        self._by_first_blocks.clear()
-        self._indexes = [None, None]
