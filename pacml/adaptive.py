@@ -681,7 +681,7 @@ class AdaptivePolicy:
         self.decision = DecisionKnobs(block_search, horizon_guard, feasible_fallback, condition_critics,
                                       condition_critic_radius)
         if weights is None:
-            from pacml.agent.policy import resolve_checkpoint
+            from pacml.shipped import resolve_checkpoint
 
             if checkpoint is None:
                 raise ConfigError("set policy.checkpoint=PATH", field="policy.checkpoint")
@@ -738,7 +738,7 @@ class AdaptivePolicy:
         """Preflight (``simulator.build.check_buildable``): the checkpoint and critic files exist and every
         plain setting passes ``__init__``'s checks, without reading the arrays or importing torch for
         the critics, so a bad value fails in a second."""
-        from pacml.agent.policy import resolve_checkpoint
+        from pacml.shipped import resolve_checkpoint
         from simulator.errors import ConfigError
 
         args = {k: v for k, v in node.items() if not k.startswith("_")}

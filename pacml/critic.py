@@ -300,7 +300,7 @@ class ConditionCritic:
     """
 
     def __init__(self, name: str | Path, spread: np.ndarray, radius: float) -> None:
-        from pacml.agent.policy import resolve_checkpoint
+        from pacml.shipped import resolve_checkpoint
 
         file = resolve_checkpoint(name, "critic.pt", "critic", "policy.condition_critics")
         self.name = str(name)

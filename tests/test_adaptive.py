@@ -844,7 +844,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     """The shipped agents hold their training record and decide a short episode on any cluster with
     rules that cluster offers; ``policy=pacml`` (since 2026-12-07 the adaptive agent, as
     ``policy=pacml_adaptive``) takes its scenario family's agent."""
-    from pacml.agent.policy import SHIPPED_DIR
+    from pacml.shipped import SHIPPED_DIR
 
     for file in ("adaptive.npz", "train_config.yaml", "metrics.csv", "train_summary.json"):
         assert (SHIPPED_DIR / name / file).is_file(), file
@@ -946,8 +946,8 @@ def test_condition_critic_applies_only_on_its_training_condition() -> None:
     """``policy.condition_critics``: the per-beta D critic is the paper's D at its load; the gate takes
     every whole window of that condition (validation seeds) and none of D at 1500, B at 1000 or the
     physical scenario (the same unit-free condition in milliseconds, drained)."""
-    from pacml.agent.policy import resolve_checkpoint
     from pacml.critic import ConditionCritic
+    from pacml.shipped import resolve_checkpoint
 
     weights, _ = load_adaptive(resolve_checkpoint("paper_adaptive_knn", "adaptive.npz", "adaptive", "policy.checkpoint"))
     assert weights.reference is not None

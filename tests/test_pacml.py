@@ -391,7 +391,7 @@ SHIPPED = [("paper_betaA", "paper", "A"), ("paper_betaB", "paper", "B"), ("paper
 @pytest.mark.parametrize(("name", "scenario", "beta"), SHIPPED)
 def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -> None:
     """Each shipped agent loads (with the config that trained it) and decides a short episode."""
-    from pacml.agent.policy import SHIPPED_DIR
+    from pacml.shipped import SHIPPED_DIR
 
     folder = SHIPPED_DIR / name
     for file in ("policy.pt", "train_config.yaml", "metrics.csv", "training_curve.png"):
@@ -409,7 +409,7 @@ def test_shipped_checkpoints_load_and_act(name: str, scenario: str, beta: str) -
 
 
 def test_every_shipped_checkpoint_is_tested() -> None:
-    from pacml.agent.policy import SHIPPED_DIR
+    from pacml.shipped import SHIPPED_DIR
 
     # placers/: the learned op placers, tested in tests/test_learned_placer.py.
     assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and p.name != "placers") == sorted(
@@ -420,7 +420,7 @@ def test_every_shipped_checkpoint_is_tested() -> None:
 def test_shipped_ppo_from_scratch_over_conditions_loads_and_acts() -> None:
     """The item-5 ablation's agent (PPO from scratch over random conditions, BENCHMARKS.md §10)
     holds its record and decides a short episode of another beta and load."""
-    from pacml.agent.policy import SHIPPED_DIR
+    from pacml.shipped import SHIPPED_DIR
 
     folder = SHIPPED_DIR / "paper_conditions_scratch"
     for file in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json", "training_curve.png"):
@@ -441,8 +441,8 @@ SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
 def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
     """The shipped deviation critic names its agent and margin, and overrides some decisions of
     a short episode with feasible ones."""
-    from pacml.agent.policy import SHIPPED_DIR
     from pacml.critic import CriticPolicy
+    from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy
 
     folder = SHIPPED_DIR / f"paper_beta{beta}_critic"
@@ -474,8 +474,8 @@ def test_old_target_paths_still_build_their_classes() -> None:
     train_config.yaml's reward (pacml.rewards.*) builds."""
     from omegaconf import OmegaConf
 
-    from pacml.agent.policy import SHIPPED_DIR
     from pacml.agent.rewards import JobAcceptance
+    from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy, check_buildable
     from simulator.config import OLD_TARGETS, import_target, instantiate_checked
 
@@ -531,7 +531,7 @@ def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_
     """``policy=pacml`` is one agent for every beta (the adaptive one); a per-beta checkpoint given to
     it, or an adaptive one given to ``policy=pacml_beta``, is one line naming the config that runs it."""
     from pacml.adaptive import AdaptivePolicy
-    from pacml.agent.policy import SHIPPED_DIR
+    from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy
     from simulator.errors import ConfigError
 
@@ -858,9 +858,9 @@ def _damaged(kind: str, good: Path, dest: Path) -> Path:
 
 def _loaders():
     from pacml.adaptive import AdaptivePolicy
-    from pacml.agent.policy import SHIPPED_DIR
     from pacml.critic import load_critic
     from pacml.placer.checkpoint import load_placer
+    from pacml.shipped import SHIPPED_DIR
 
     return {
         "adaptive.npz": (SHIPPED_DIR / "paper_adaptive_knn" / "adaptive.npz",
