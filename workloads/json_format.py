@@ -1,77 +1,14 @@
-"""The pacml JSON graph format: loader, writer and validator (version 1: a forward graph; version
-2: a computation graph with explicit nodes, per-device-kind times, groups and edge costs).
+"""The pacml JSON graph format: loader, writer and validator.
 
-Version 1 holds one profiled *forward* graph; the training graph (mirrored backward ops
-and the join edge) is derived from it. Times are seconds, sizes bytes::
-
-    {
-      "format": "pacml-graph",
-      "version": 1,
-      "name": "resnet18",
-      "loss_op": "node71",
-      "ops": [
-        {"id": "node1", "label": "Input", "forward_time_s": 0.47, "backward_time_s": 0.0,
-         "activation_bytes": 19267584, "parameter_bytes": 0},
-        ...
-      ],
-      "edges": [["node1", "node2"], ...]
-    }
-
-* ``format`` / ``version``: required; version 1 or 2 (the integer, not ``true`` or ``1.0``).
-* ``name``: required model name.
-* ``time_unit_s``: seconds per unit of the op times (optional; default 1.0, i.e. the times are
-  seconds, as files written before the field existed always were). The writer always records it:
-  a graph put on the paper scenario's clock (one PipeDream profile millisecond per unit) is
-  written with ``1e-3``. Loaders for a scenario convert a file's times to the scenario's unit.
-* ``ops``: required non-empty list; each op needs ``id`` (unique string), the two times and the
-  two sizes (numbers >= 0; a time above ``MAX_OP_TIME_S`` seconds or a size above
-  ``MAX_OP_BYTES`` bytes is rejected, see ``workloads.graph``). ``label`` is an optional string.
-  Op order matters: it is the order in which ops are split and placed.
-* ``edges``: required list of ``[src_id, dst_id]`` pairs (or ``{"src": .., "dst": ..}``);
-  the graph must be acyclic.
-* ``loss_op``: optional id of the op whose gradient starts the backward pass; default is the
-  last op (in list order) with no successor.
-* ``source``, ``notes``: optional free text.
-
-Version 2 holds a :class:`~workloads.compute_graph.ComputeGraph` as an op placer sees it (what
-``pacml graph convert`` writes for a dnn-partitioning file, so that nothing of it is lost)::
-
-    {
-      "format": "pacml-graph", "version": 2, "name": "bert24_training", "time_unit_s": 1.0,
-      "kinds": ["cpu", "accelerator"], "reference_kind": "accelerator",
-      "devices": {"max_accelerators": 6, "accelerator_memory_bytes": 17185374208.0, "max_cpus": 1},
-      "backward_after_forward": true, "origin_format": "dnn-partitioning",
-      "nodes": [
-        {"id": "node3", "time": {"cpu": 0.00696, "accelerator": 0.000696}, "memory_bytes": 131325952.0,
-         "backward": false, "group": 1, "node_id": 3, "colour_class": 3},
-        ...
-      ],
-      "edges": [{"src": "node3", "dst": "node4", "bytes": 1048576.0, "cost": 0.00012}, ...]
-    }
-
-* ``kinds``: required list of device kinds (lower-case names) the times are given for;
-  ``reference_kind`` (one of them, required) stands in for kinds a device set has but the graph
-  does not list (see :meth:`ComputeGraph.node_time_s`).
-* ``nodes``: required non-empty list, in the graph's node order. Each node: ``id`` (unique string,
-  the name placements use), ``time`` (an object with exactly one entry per kind: a number >= 0 in
-  units of ``time_unit_s``, or ``null`` when the node cannot run on that kind), ``memory_bytes``,
-  ``backward`` (``true`` for a node of the backward pass) and ``group`` (integer; the nodes of one
-  group are placed on one device; groups are numbered ``0..G-1`` with none left out); optional
-  ``node_id`` (integer id in the source file; every node or none) and ``colour_class`` (integer or
-  ``null``).
-* ``edges``: required list of ``{"src": id, "dst": id}`` objects with optional ``bytes`` (bytes
-  carried) and ``cost`` (fixed transfer time, in units of ``time_unit_s``, when the ends are on
-  different devices); absent or ``null`` means unknown. No self-loop, duplicate or cycle.
-* ``devices`` (optional): the file's own device set, exactly ``max_accelerators`` (1..4096),
-  ``accelerator_memory_bytes`` (> 0) and ``max_cpus`` (0..4096).
-* ``backward_after_forward`` (optional boolean): the backward pass starts after the whole forward
-  pass (a graph with explicit backward nodes and no edge between the passes).
-* ``origin_format`` (optional string): the format the graph was converted from.
-* ``name``, ``time_unit_s``, ``source``, ``notes``: as in version 1.
-
-In both versions any other key (at the top or in an op or node), or a key given twice, is an
-error: a misspelt optional key would otherwise be silently ignored. Errors name the file, the line,
-the op (or node / edge index) and the field (:class:`WorkloadError`).
+Version 1 holds one profiled *forward* graph (``ops`` with ``id``, ``forward_time_s``,
+``backward_time_s``, ``activation_bytes``, ``parameter_bytes``; ``edges`` as ``[src, dst]``;
+optional ``loss_op``, ``label``, ``time_unit_s``); the training graph is derived from it.
+Version 2 holds a :class:`~workloads.compute_graph.ComputeGraph` as an op placer sees it (``nodes``
+with per-kind ``time``, ``memory_bytes``, ``backward``, ``group``; edges with ``bytes`` and
+``cost``; ``kinds``, ``reference_kind``, optional ``devices``). Times are in units of
+``time_unit_s`` seconds (default 1), sizes bytes. Any unknown or repeated key is an error naming
+the file, line, op and field (:class:`WorkloadError`). Field by field: docs/workloads.md
+("The pacml JSON graph format").
 """
 
 from __future__ import annotations

@@ -1,99 +1,16 @@
 """Bring your own model: turn a PyTorch ``nn.Module`` into a profiled :class:`OpGraph`.
 
-The module is traced with a ``torch.fx`` tracer and its example inputs are pushed through
-``torch.fx.passes.shape_prop.ShapeProp`` to learn every node's output shape and dtype.
+The module is traced with ``torch.fx`` (into every module without a cost rule) and its example
+inputs are pushed through ``ShapeProp`` for shapes and dtypes. One op per kept fx node, in fx
+order; edges follow fx data dependencies (plus in-place writes to later readers). Costs are for
+the batch in ``example_inputs``:
 
-Tracing:
-    * A ``torch.nn`` module is kept as one op (an fx leaf) only if it has a cost rule below
-      (Linear, Conv, norms, pools, activations, dropout, ``nn.MultiheadAttention``); every other
-      module, the user's own and ``torch.nn`` containers alike, is traced into, so that e.g.
-      ``nn.TransformerEncoder`` becomes its attention, linear, norm and add ops instead of one
-      op of zero FLOPs.
-    * ``nn.TransformerEncoder`` and ``nn.TransformerEncoderLayer`` are traced through their
-      slow path (the same ops torch runs when its fused fast path does not apply), because
-      their ``forward`` checks tensor properties that symbolic tracing cannot evaluate.
-      ``nn.MultiheadAttention`` is a leaf with its own rule: its ``forward`` (and
-      ``F.multi_head_attention_forward``, which fx records as a single call) cannot be
-      decomposed by symbolic tracing.
-    * A ``torch.nn`` module without a cost rule whose ``forward`` cannot be traced (e.g.
-      ``nn.LSTM``) falls back to one op with bytes-only cost; the warning below names it.
-    * Ops that do arithmetic but match no FLOP rule are costed by bytes only: one warning per
-      import lists them (pure data movement such as views, ``cat`` or ``getitem`` is not
-      listed). Their times are lower bounds.
+* ``"estimate"``: a roofline, forward_time_s = max(FLOPs / device_flops, bytes_moved /
+  memory_bandwidth_Bps), backward = ``backward_factor`` x forward (defaults: A100 40 GB, fp32);
+* ``"profile"``: each node timed on this host's CPU by a ``torch.fx.Interpreter``.
 
-Graph:
-    * One op per fx node of kind ``placeholder`` (an input op, zero time), ``call_module``,
-      ``call_function`` or ``call_method``, in fx node order (a topological order). Op ids
-      are the fx node names; labels say what the node runs (``Conv2d(conv1)``, ``add``).
-    * ``get_attr`` nodes (parameters, buffers, constants) are folded into their consumers;
-      the ``output`` node is dropped. The loss op is the last kept op feeding ``output``
-      (for a tuple output, the last one in op order).
-    * Edges follow fx data dependencies between kept ops, deduplicated, without self-loops.
-      An in-place op (``relu_``, ``inplace=True``, ``operator.iadd``) also gets an edge to
-      every later reader of the tensor it mutates, because those readers see its result
-      although fx records them as users of the original tensor.
-    * ``activation_bytes`` is numel x element size of the node's output (summed over the
-      tensors of a tuple output). ``parameter_bytes`` is the bytes of all parameters of a
-      ``call_module``'s module (recursive, so fx leaf modules with sub-modules count fully)
-      plus any ``nn.Parameter`` folded in through ``get_attr``; buffers and constants are
-      not parameters and count only as bytes moved. A parameter used by several ops is
-      charged to each (each op's device must hold it).
-    * Costs are for the batch in ``example_inputs``.
-
-Costs ``"estimate"`` (a roofline; no model execution beyond shape propagation):
-    forward_time_s = max(FLOPs / device_flops, bytes_moved / memory_bandwidth_Bps), where
-    bytes_moved = bytes of the node's tensor inputs (each input node once, folded
-    ``get_attr`` tensors included) + its module's parameters and buffers + its output.
-    A multiply-add counts as 2 FLOPs. ``N_out`` / ``N_in`` are the output / first-input numel:
-
-    * Linear (module or ``F.linear``): ``2 * N_out * in_features`` (+ ``N_out`` with bias).
-    * Conv1d/2d/3d (module or ``F.conv*``): ``2 * N_out * (C_in / groups) * prod(kernel)``
-      (+ ``N_out`` with bias); ``(C_in / groups) * prod(kernel)`` is ``prod(weight.shape[1:])``.
-    * ConvTranspose1d/2d/3d: ``2 * N_in * (C_out / groups) * prod(kernel)`` (+ ``N_out``).
-    * BatchNorm / LayerNorm / GroupNorm / InstanceNorm, training mode: 4 FLOPs per output
-      element (2 for the statistics, 2 to normalise) + 2 more with an affine transform;
-      functional norms are assumed affine (6).
-    * Max/avg pooling: ``N_out * prod(kernel)``; adaptive pooling: ``N_in``.
-    * Elementwise arithmetic and piecewise-linear activations (add, mul, relu, dropout,
-      clamp, ...): 1 FLOP per output element; transcendental ones (sigmoid, tanh, gelu,
-      silu, softmax, exp, ...): 4 per output element.
-    * matmul / mm / bmm / ``@``: ``2 * N_out * K`` with ``K`` the first operand's last dim;
-      addmm / baddbmm: that + ``N_out`` for the add.
-    * Reductions (sum, mean, amax, ...): 1 FLOP per input element.
-    * MultiheadAttention (``E`` = embed_dim, ``h`` heads, ``T_q = N * L`` query and
-      ``T_kv = N * S`` key tokens): projections ``2 * T_q * E * E`` (q) + ``2 * T_kv * kdim * E``
-      (k) + ``2 * T_kv * vdim * E`` (v) + ``2 * T_q * E * E`` (out), + biases; scores and
-      weighted sum ``2 * 2 * N * L * S * E``; softmax ``4 * N * h * L * S``.
-    * Anything else (views, flatten, cat, getitem, embedding, einsum, interpolate, ...):
-      bytes only (FLOPs = 0), i.e. the op is charged its memory traffic.
-
-    backward_time_s = ``backward_factor`` x forward (default 2: gradients w.r.t. inputs and
-    w.r.t. weights each cost about one forward); 0 for input ops.
-
-    Defaults are an NVIDIA A100 (40 GB) in fp32 without tensor cores: 19.5e12 FLOP/s and
-    1.555e12 B/s of HBM2 bandwidth.
-
-Costs ``"profile"`` (measured on the CPU, so times describe this host, not a GPU):
-    The fx graph is run node by node by a ``torch.fx.Interpreter`` subclass that wraps each
-    node in ``time.perf_counter``; after one warm-up run, the median of ``profile_repeats``
-    runs is kept. Each node runs on detached copies of its inputs, and its backward time is
-    measured by ``torch.autograd.grad`` of its output w.r.t. those inputs and its module's
-    parameters (so one node's backward is timed alone). A node whose output needs no gradient
-    (sizes, integer results) gets backward 0; if autograd fails on a node, it falls back to
-    ``backward_factor`` x forward. The module is deep-copied first, so neither shape
-    propagation nor profiling changes the caller's weights or BatchNorm statistics.
-    Timings use torch's current intra-op thread count: on a busy host, small multi-threaded
-    kernels can wait milliseconds for a descheduled worker, so ``torch.set_num_threads(1)``
-    before profiling gives steadier numbers.
-
-Default graph names (``name=None``) are the module's class name plus 8 hex digits of a hash
-of its structure (``repr``, parameter and buffer shapes and dtypes) and of the example
-inputs' shapes, so two variants of one class (``Net(width=64)``, ``Net(width=128)``) get
-different names: graphs are keyed by name in a scenario's graph list.
-
-Tracing limits are those of ``torch.fx`` symbolic tracing: data-dependent control flow
-(``if x.sum() > 0``), data-dependent shapes and untraceable Python raise a
-:class:`WorkloadError` naming torch.fx and the first line of the original error.
+Tracing, graph, FLOP rules and profiling in detail: docs/workloads.md ("torch.fx import: the
+rules"). Untraceable models raise a :class:`WorkloadError` naming torch.fx.
 """
 
 from __future__ import annotations
