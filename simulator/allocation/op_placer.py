@@ -1,52 +1,14 @@
 """Op placers inside a job's allocated RAMP block (``sim.placement=block``, ``sim.op_placer=<method>``).
 
-The bridge between job allocation (this package) and op placement (:mod:`simulator.place`).
-With block allocation a job first takes the first-fit block of ``degree`` servers; an *op
-placer* then decides which of those servers each op's sub-ops use. Any placer of
-``conf/method/`` (``heft``, ``m_etf``, ``anneal``, ..., ``learned``) is used as it is, through
-the placement objects of ``simulator.place``, so there is one placement world:
-
-* the job's partitioned graph (at its degree) becomes a :class:`ComputeGraph` whose nodes are
-  the sub-ops (forward, then backward), whose groups pair sub-op ``i`` of an op with sub-op
-  ``i`` of its backward mirror (they share a server, as in first fit), and whose edges are the
-  partitioned graph's dependencies (weight-sync messages aside: they never gate a sub-op);
-* the block's servers become a :class:`DeviceSet` (:func:`ramp_block_devices`: each server's
-  kind, speed and memory, the simulator's point-to-point link);
-* the placer optimises the ``step`` objective (the simulator's list-scheduling kernel, with
-  point-to-point transfers), and the placement it returns becomes ``Placement.op_servers``;
-  the job's JCT then comes from the cluster simulator's step model (collectives included), as
-  for first fit.
-
-**Symmetric rule.** A split op of ``n`` sub-ops must occupy ``n`` distinct servers forming a
-symmetric block of the job's block. No placer of ``simulator.place`` can express that joint
-constraint (a placer puts each group on one device independently), so:
-
-* *full-width* ops (``n`` = the block's size; under the SiP-ML split rule every op of more
-  than ``degree`` quanta) are *fixed* where first fit put them: their block is the whole job
-  block, and first fit's order chains sub-op ``i`` onto the parent's ``i``-th server. The pin is
-  stated in the objective itself: a fixed sub-op's compute time is ``inf`` on every server but
-  its own, which every placer already treats as "cannot run there" (a kind that cannot run a
-  node), so placers see the fixed sub-ops, schedule around them, and cannot move them. Fixing
-  rather than hiding them keeps their times and transfers in the placer's objective (a graph of
-  the free ops alone would lose every path through them);
-* *unsplit* ops (``n = 1``: zero-time ops) are free: any server of the block;
-* *narrower* split ops (``1 < n <`` block size) are free in the placer's objective, and the
-  placement is then *snapped*: the op takes the symmetric ``n``-block inside the job's block
-  that holds most of the servers the placer chose (ties: first-fit order), sub-ops keeping
-  their chosen server where it is in that block.
-
-With ``sim.split_ops=false`` (``scenario=model_parallel``) no op is split, so at every degree
-above 1 every op is unsplit, hence free, and carries its whole compute: the placer decides the
-server of every op (GDP-style model parallelism), and the job holds its whole block either way
-(:meth:`simulator.allocation.first_fit.FirstFitAllocator._hold_block`).
-
-A placement that still moves a fixed sub-op (a placer ignoring ``time_s``) has it put back; one
-that breaks a group or (after snapping) a server's memory is replaced by first fit. All three
-repairs are counted (:meth:`BlockOpPlacer.info`).
-
-Placements are cached by what they depend on: the graph, the degree, first fit's placement
-relative to the block (it fixes the full-width ops) and the kinds of the block's servers (a block of another generation
-never reuses an entry).
+The bridge between job allocation (this package) and op placement (:mod:`simulator.place`): the
+job's partitioned graph becomes a :class:`ComputeGraph` (sub-ops; sub-op ``i`` of an op grouped
+with that of its backward mirror), the block's servers a :class:`DeviceSet`
+(:func:`ramp_block_devices`), and any ``conf/method/`` placer optimises the ``step`` objective;
+its placement becomes ``Placement.op_servers`` and the JCT comes from the step model. Full-width
+split ops stay where first fit put them (compute ``inf`` elsewhere), narrower split ops are
+snapped to a symmetric sub-block, unsplit ops are free; a placement that breaks a rule is
+repaired or replaced by first fit, and every repair is counted (:meth:`BlockOpPlacer.info`).
+The rules in full: docs/simulator.md ("Op placers inside a block: the rules").
 """
 
 from __future__ import annotations

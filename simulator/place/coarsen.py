@@ -1,40 +1,12 @@
 """Coarsening of big computation graphs (HSDAG-style) and the placer that places the coarse graph.
 
-:func:`coarsen` merges whole *groups* (units a placer keeps on one device) into at most
-``max_groups`` *clusters*; it never splits a group. The coarse graph has the same nodes, edges and
-times as the fine one, only its ``group`` is the cluster id, so every placer (all of them keep
-groups whole) places it unchanged and its placement is a valid fine placement.
-
-Methods:
-
-* ``chain`` (default): repeated rounds of edge contraction on the group graph (groups joined by
-  forward edges), heaviest transfer first, of edges ``u -> v`` where ``u`` has one successor or
-  ``v`` one predecessor (such a contraction cannot create a cycle), as a matching (each cluster
-  merges at most once a round); when no such edge is left, clusters of the same topological
-  level are merged pairwise (same-level clusters have no path between them, so this cannot
-  create a cycle either). A cap on a cluster's compute (``total / max_groups``, doubled whenever a
-  round finds nothing under it) keeps clusters balanced. **Guarantee**: the coarse quotient graph
-  of the forward pass is acyclic (a forward group graph with cycles, which colour classes of
-  dnn-partitioning files can form, has its strongly connected components merged first); so is
-  the backward pass's wherever it mirrors the forward pass (every PipeDream / pacml training
-  graph, every partitioned graph). Elsewhere it is measured (:attr:`Coarsening.acyclic`): 34 of 37
-  shipped (graph, 8/32/128 clusters) cases are acyclic; ``bert_l-3_training``'s three are not, its
-  backward colour classes not mirroring its forward pass (forcing it, by merging the clusters on
-  backward cycles, merged that graph into one cluster at 8 and 32), so :class:`CoarsenedPlacer`
-  gives the inner placer the full coarse graph there.
-* ``metis``: a balanced ``max_groups``-way partition of the (undirected) group graph by METIS
-  (pymetis), vertex weight = compute, edge weight = transfer time; fast and cut-minimising, with
-  no acyclicity guarantee (:attr:`Coarsening.acyclic` says whether it happened to be).
-
-:class:`CoarsenedPlacer` (``method=coarse``): coarsen, let an inner placer (any method of
-``conf/method/``) place the clusters, then refine on the fine graph with the local search's hill
-climb (:func:`simulator.place.local_search.climb_groups`): single-group moves of the groups on
-cluster boundaries, each move one objective evaluation, first improvement, capped by
-``refine_evaluations``. With ``contract: true`` (default) the inner placer sees the *contracted*
-graph (one node per cluster and pass, times and memory summed, edges merged with bytes summed,
-:meth:`Coarsening.contracted`) when the clustering is acyclic: a few hundred nodes instead of
-50,000, which is what makes a 50,000-op graph placeable in seconds; the fine objective prices
-the result.
+:func:`coarsen` merges whole *groups* into at most ``max_groups`` *clusters* (never splitting a
+group), by ``chain`` (edge contraction, heaviest transfer first; the forward quotient graph is
+acyclic) or ``metis``; the coarse graph only relabels ``group``, so any placement of it is a
+valid fine placement. :class:`CoarsenedPlacer` (``method=coarse``) coarsens, lets an inner placer
+place the (contracted, when acyclic) cluster graph, then refines on the fine graph with the local
+search's hill climb (:func:`simulator.place.local_search.climb_groups`). Methods and guarantees
+in detail: docs/op-placement.md ("Coarsening").
 """
 
 from __future__ import annotations

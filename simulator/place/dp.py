@@ -1,48 +1,17 @@
-"""The exact optimum of the ``pipeline`` (max-load) objective over contiguous splits (Tarnawski et al.).
+"""The exact optimum of the ``pipeline`` (max-load) objective over contiguous splits.
 
 Tarnawski, Phanishayee, Devanur, Mahajan, Nina Paravecino, "Efficient Algorithms for Device
-Placement of DNN Graph Operators", NeurIPS 2020, section on throughput: a *contiguous split* is
-an ordered sequence of device sets ``I1 \\ I0, I2 \\ I1, ...`` where ``I0 = {} <= I1 <= ...`` are
-downward-closed node sets (*ideals*) of the forward DAG; equivalently, every device's set is
-convex and the graph of the sets is acyclic. The load of a set on an accelerator (compute plus
-communication, see ``workloads/data/dnn_partitioning/README.md``) depends only on the set, so
+Placement of DNN Graph Operators", NeurIPS 2020. Over the ideals (downward-closed node sets) of
+the contracted forward DAG, with ``k`` accelerators and ``c`` CPUs::
 
     dp[c][k][I] = min over ideals J <= I of max(dp[c][k-1][J], load_acc(I \\ J)),
                                            max(dp[c-1][k][J], load_cpu(I \\ J))
 
-gives the optimum with ``k`` accelerators and ``c`` CPUs. A training graph is read as the paper's
-program reads it (the data README, "How the paper's programs read a training graph"): each colour
-class's forward nodes are contracted into one node (its backward nodes follow it), a class with
-only backward nodes gets an artificial zero forward node tied by mirrored edges, cycles created
-by contraction are fused, zero-time forward nodes with one forward neighbour and no backward work
-are merged into that neighbour; contiguity is required in this forward graph only, and every load
-is computed on the original nodes and edges.
-
-What the DP assumes of the device set (it refuses anything else with a ``ConfigError``):
-
-* devices of kind ``cpu`` pay no communication (the model's host); all CPUs are alike, and all
-  other devices (the accelerators) share one kind, speed and memory;
-* every edge's transfer time does not depend on which two devices it joins (a fixed cost per edge,
-  as in dnn-partitioning files, or identical links everywhere).
-
-The optimum is proven when all edges out of a node take the same time (one output, sent once per
-receiving device), as in dnn-partitioning files. A PipeDream training graph's backward node sends
-a different gradient to each predecessor; the DP then prices every node by its largest output and
-reports ``info["optimal"] = False``.
-
-Only the ``pipeline`` objective is accepted: ``objective=step`` or ``latency`` is refused in one
-line (field ``objective``), as the MIP refuses it. A contiguous split that minimises the slowest
-stage says nothing about one step's makespan or a forward pass's latency (a split serialises the
-stages and adds the transfers, so it is usually no faster than one device), so a result labelled
-with the DP's name there would read as an optimum it is not; to price the DP's split under another
-objective, re-price its ``placement.json`` with ``method=file``. ``info["optimal"]`` is true only
-for a proven optimum, and ``info["optimal_for"]`` then says of what: the pipeline objective
-among contiguous splits (the MIP, which need not be contiguous, can go lower).
-
-The number of ideals can explode on wide graphs (Inception-v3 layer graphs). ``max_states`` caps
-the ideals and ``max_pairs`` the (ideal, sub-ideal) pairs the DP visits; past a cap the placer
-raises a one-line error, or, with ``fallback`` set, logs why and returns the fallback's placement
-(``info["optimal"]`` is then false).
+Only the ``pipeline`` objective; a device set with unlike accelerators or link-dependent transfer
+times is refused with a ``ConfigError``. ``info["optimal"]`` is true only for a proven optimum
+(``info["optimal_for"]`` says of what). ``max_states`` / ``max_pairs`` cap the search; past a cap
+it raises, or returns ``fallback``'s placement. Assumptions and limits: docs/op-placement.md
+("The DP: what it assumes").
 """
 
 from __future__ import annotations
