@@ -1,64 +1,16 @@
-"""Held-out measurement of ``policy=pacml`` and the per-beta agents (issue 43, item 3), pre-registered.
+"""Held-out measurement of ``policy=pacml`` and the per-beta agents, pre-registered.
 
-Everything this benchmark measures is fixed in this file before any of it ran (the commit that
-adds the file is the record): the held-out conditions and seeds, the baselines and ablations with
-their exact overrides, how the best *single* rule is chosen, and the order of the steps. Each
-number is measured once; a later change to this file would be a new measurement, said as such.
+Everything measured is fixed in this file (the commit that adds it is the record): the grid
+(:data:`GRID_ROWS`, seeds 800000-800009) and held-out (:data:`HELDOUT`, :data:`HELDOUT_SEEDS`)
+sets, the baselines (the block-placed oracle rule, the best single rule chosen by
+:func:`choose_single_rule` on :data:`SELECTION_SEEDS` only, that rule first fit), :data:`AGENT`,
+:data:`ABLATIONS` and :data:`PER_BETA_CONDITIONS`. Differences are paired per seed (agent -
+baseline, mean +- standard error); a condition is won or lost beyond two standard errors.
+The protocol in full: docs/experiments.md ("Held-out comparison of policy=pacml").
 
-**Sets.**
-- ``grid``: :data:`GRID_ROWS`, the condition grid of ``pacml/conditions.py`` on its evaluation seeds
-  800000-800009, without ``ramp512_C_62.5`` (the teacher search of its 26 rules on ten 4,001-arrival
-  episodes costs about as much as the rest together; step ``grid512`` runs it last, if time allows).
-- ``heldout``: :data:`HELDOUT`, nine conditions no training, validation or tuning run used (other
-  loads, targets, arrival processes and graph mixes; a 128-server RAMP; the physical scenario with
-  beta B), homogeneous clusters only, on :data:`HELDOUT_SEEDS` 900000-900009, which no other part
-  of the project uses (training >= 1,000,000, validation 500,000-799,999, the grid 800000-800009,
-  reports 0-2). Held out as conditions, not all out of distribution: most lie inside the support of
-  the agent's random training draws (loads 0.25x-4x, beta A-D and uniform targets, Poisson arrivals,
-  128-server RAMPs), none is a training, validation or grid condition as such; a fixed target of
-  0.6 (training drew 0.2-0.5, 0.7, 1.0), the mix with two unseen graphs and the trace at another
-  compression lie outside it.
+Usage (each ``--step`` caches what it ran; ``summary`` writes the tables)::
 
-**Baselines** (every rule of ``pacml.adaptive.rule_candidates``: para_max and ``min_feasible(k)`` for
-every degree ``k`` of the cluster), each from one :func:`pacml.adaptive.teacher_search` per
-condition (every rule's blocking per seed, tested equal to one full simulation per rule):
-- (i) the *block-placed oracle rule*: per condition, the rule with the lowest mean blocking on that
-  condition's own evaluated seeds, every rule placed as the agent places its rule's degree
-  (``block_search`` = :data:`BLOCK_SEARCH`, the agent's default). Picked on the measured seeds, so
-  it is an upper bound on what any one rule could do there.
-- (ii) the *best single rule*: one rule for every condition, chosen by :func:`choose_single_rule`
-  on development data only: the grid's conditions (:data:`GRID_ROWS`) on validation seeds
-  :data:`SELECTION_SEEDS` (500100-500109, the seeds the agent's knobs were tuned on), placed in
-  blocks (``block_search=64``), lowest mean over those conditions (each weighted equally) among
-  :data:`SINGLE_RULE_CANDIDATES` (the rules every cluster offers). Never chosen on evaluation or
-  held-out seeds.
-- the same single rule placed first fit (``block_search=0``), for the attribution.
-
-**Agent and ablations** (``pacml-sim`` overrides; one episode per condition and seed):
-:data:`AGENT` and :data:`ABLATIONS`.
-
-**Statistics.** Paired per-seed differences agent - baseline: mean +- standard error (sample std /
-sqrt(n)), seeds better/worse/tied (a tie is an exactly equal blocking rate). Per set: the mean
-over conditions of the per-condition mean differences, and its standard error over conditions;
-conditions won / tied / lost, where a condition is *won* or *lost* when its mean difference is
-beyond two standard errors of the paired differences (below / above zero), else *tied*.
-
-**Per-beta agents** (``policy=pacml_beta``, the GNN + PPO agent per beta): on
-:data:`PER_BETA_CONDITIONS`, how many seeds the agent takes exactly its warm-start rule's
-decisions (``min_feasible(k)``, ``k`` read from the checkpoint; the same degree for every job of
-the episode, both placed by the scenario's placer, as the agent places), and its paired
-difference against that rule.
-
-**Steps** (``--step``; each caches what it ran, so a re-run adds only what is missing). Two
-processes, one worker each: the teacher searches ``select``, ``rules`` (block-placed rules on every
-set first, then first fit), ``grid512``; and the episodes ``agent`` (the 512-server row's agent
-episodes are the shipped grid's, ``--sets grid512``), ``per_beta``, ``ablations``. Then
-``summary`` (no simulation) writes the tables. A step not finished by the deadline is reported as
-not run.
-
-Usage::
-
-    nice -n 10 python benchmarks/adaptive/bench_heldout_pacml.py                   # every step below in one process
+    nice -n 10 python benchmarks/adaptive/bench_heldout_pacml.py                   # every step
     nice -n 10 python benchmarks/adaptive/bench_heldout_pacml.py --step select     # then rules, grid512
     nice -n 10 python benchmarks/adaptive/bench_heldout_pacml.py --step agent --sets heldout,grid,grid512
     nice -n 10 python benchmarks/adaptive/bench_heldout_pacml.py --step per_beta   # then ablations
@@ -85,7 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_conditions import Episode, run_episode  # noqa: E402
 
-from pacml.conditions import EVAL_SEEDS, GRID, TRACE_TIME_SCALE, Condition, paired_difference  # noqa: E402
+from pacml.adaptive.conditions import (  # noqa: E402
+    EVAL_SEEDS,
+    GRID,
+    TRACE_TIME_SCALE,
+    Condition,
+    paired_difference,
+)
 from workloads.io import atomic_write_json  # noqa: E402
 
 log = logging.getLogger("bench_heldout_pacml")
@@ -201,7 +159,7 @@ def load(path: Path) -> dict[str, Any]:
 
 def teacher(results: dict[str, Any], out: Path, cond: Condition, seeds: Sequence[int], block_search: int) -> dict:
     """Every rule's blocking per seed on ``cond`` (cached under the overrides, seeds and block_search)."""
-    from pacml.adaptive import teacher_search
+    from pacml.adaptive.train import teacher_search
 
     key = json.dumps([cond.name, list(cond.overrides), list(seeds), block_search])
     if key not in results["teacher"]:

@@ -1,64 +1,18 @@
-"""The shipped learned op placers against every heuristic on held-out graphs (issue 43, item 3).
+"""The shipped learned op placers against every heuristic on held-out graphs, pre-registered.
 
-PRE-REGISTRATION (written and committed before any learned placer ran on these graphs; the
-measurement is run once, as below, and reported whatever it gives):
+Four model classes never in the corpus (``benchmarks/data/placer_heldout/``, written by
+``heldout_placer_graphs.py``; refused if any matches a ``train`` graph's content fingerprint).
+Parts: ``pipeline`` (16 dnn-partitioning forms against ``method=dp`` and the heuristics),
+``step`` (the 4 fx training steps x gpu4, hetero, cpu_gpu) and ``cluster``
+(``bench_cluster_placers.py`` with these graphs). Zero-shot is the greedy placement; fine-tuned
+is ``mode=finetune`` with 1,000 evaluations on seeds 4301-4303, paired with anneal and local
+search at the same budget. ``--smoke`` runs one training graph with one seed. The protocol in
+full: docs/experiments.md ("Held-out graphs for the learned placer").
 
-Graphs (``benchmarks/place/heldout_placer_graphs.py`` writes them; ``benchmarks/data/placer_heldout/``):
-  four model classes written for this check and never in ``pacml.placer.fx.corpus_models`` (the corpus):
-  ``ho_unet_d3`` (U-Net, skip joins), ``ho_wide_inception_c3`` (six branches per cell + residual),
-  ``ho_partransformer_l3_d512_h2`` (parallel attention + MLP blocks, pre-norm),
-  ``ho_moe_l3_e3`` (router + three expert branches per layer), traced by ``pacml.placer.fx.importer``
-  (A100 roofline costs, as the corpus). Neither placer trained or validated on them: both train
-  and validate on ``workloads.placement_corpus``'s ``train`` split only (validation tasks are
-  drawn from the training tasks, ``pacml/placer/trainer.py``), and this script refuses to run if
-  any held-out graph's content fingerprint equals a ``train`` graph's (checked at start). Nobody
-  tuned anything on them: they were made for this check. The only look before this commit was
-  the dynamic programme alone on the dnn-partitioning forms, to keep it exact (4 heads or 6
-  experts exceeded its 200,000 ideals; the branching was cut to 2 heads and 3 experts).
+Usage::
 
-Part ``pipeline`` (``placer_pipeline``, objective ``pipeline``, the file's own devices):
-  16 dnn-partitioning files = 4 models x {training step, forward pass} x {``fast`` links: edge
-  cost = bytes / 2^31 B per ms, 6 accelerators; ``slow``: bytes / 2^31 B per s, 3 accelerators};
-  1 CPU at 10x, 16 GiB per accelerator (the shipped files' values). These are new graphs in the
-  format (converted by ``heldout_placer_graphs.to_dnn_partitioning`` and read back by
-  ``workloads.dnn_partitioning``), not variants of the shipped six.
-  Reference: ``method=dp`` (optimum over contiguous splits; ``max_pairs=4e8`` so that
-  ``ho_wide_inception_c3`` finishes, no fallback; its ``optimal`` flag is recorded: it is false
-  where a node's outputs differ in size). Heuristics (non-search): heft, m_etf, m_sct, m_topo,
-  metis, pipedream, expert (contiguous split balanced by compute where no person's split exists).
-  Search at the fine-tuning budget: anneal, local_search (``respect_memory=true``). The MIP is
-  not run (60 s per graph; out of the compute budget).
-
-Part ``step`` (``placer_step``, objective ``step``): the 4 fx training steps x presets gpu4,
-  hetero, cpu_gpu = 12 pairs. Heuristics (non-search): heft, m_etf, m_sct, m_topo, metis,
-  expert. Search at the same budget: anneal, local_search (``respect_memory=true``).
-
-Both parts: zero-shot = the placer's greedy placement (deterministic: one evaluation). Fine-tuned
-  = ``mode=finetune``, ``max_evaluations=1000`` at the shipped ``temperature`` (4), seeds 4301,
-  4302, 4303 (never used before); anneal and local search get the same 1,000 evaluations and the
-  same seeds, so fine-tuned vs search is paired by seed. Reported per pair: zero-shot / best
-  heuristic, zero-shot / DP (pipeline); fine-tuned / best heuristic and / DP as mean +- standard
-  error over the 3 seeds; fine-tuned / anneal and / local search paired by seed, mean +- SE.
-  Summary: pairs where zero-shot is at least as good as the best heuristic, where fine-tuned
-  (mean) is, and where it is within 2 % of the DP; the range of the per-seed ratios.
-  Code: the commit this file is committed in (recorded in the results as ``commit``); a
-  concurrent change to local_search/dp may land before the run: the results name the commit run.
-  Compute: one process, ``nice -n 10``, ``torch`` 1 thread.
-
-Part ``cluster`` (``placer_step`` inside the model-parallel cluster; ``bench_cluster_placers.py``,
-  the command of BENCHMARKS.md section 8 "In the cluster simulator" with only the graphs and
-  seeds changed): the 4 fx training steps as the workload, ``cluster=ramp32_hetero``,
-  ``policy=min_feasible``, betas A-D, placers heft, m_etf, m_sct, learned, seeds 4301-4310
-  (10 fresh seeds); learned minus each heuristic paired by seed, mean +- SE, seeds better/worse.
-
-``--smoke`` runs the code path on one training graph (never a held-out one) with one seed.
-
-Usage:
     nice -n 10 python benchmarks/place/bench_placer_heldout.py pipeline --json benchmarks/results/place/results_placer_heldout_pipeline.json
     nice -n 10 python benchmarks/place/bench_placer_heldout.py step --json benchmarks/results/place/results_placer_heldout_step.json
-    nice -n 10 python benchmarks/place/bench_cluster_placers.py --scenario model_parallel --policy min_feasible \
-        --set workload.graphs=benchmarks/data/placer_heldout/fx --placers heft,m_etf,m_sct,learned \
-        --betas A,B,C,D --seeds 4301-4310 --json benchmarks/results/place/results_placer_heldout_cluster.json
 
 Each writes its JSON (and a CSV beside it, one row per pair) atomically and prints markdown tables.
 """
