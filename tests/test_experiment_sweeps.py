@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from analysis.report import build_report, main
 from tests.conftest import CONF_DIR
-from tests.test_analysis_runs import write_run
+from tests.analysis.test_runs import write_run
 
 SIM = [sys.executable, "-c", "from simulator.run import main; main()"]
 REPORT = [sys.executable, "-c", "from analysis.report import main; main()"]

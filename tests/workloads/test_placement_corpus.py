@@ -23,7 +23,7 @@ from workloads import placement_corpus as pc
 from workloads import synthetic_compute as sc
 from workloads.errors import WorkloadError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ("gpu4", "hetero", "cpu_gpu")
 EXAMPLES = ("layered_w4_d30_s7_train", "layered_w6_d10_cpu_s3_inf", "chain_n40_s1_train",
             "towers_c4_b5_cpu_s2_train", "nasnet_c3_b4_s9_inf", "transformer_l2_h4_cpu_s5_train",

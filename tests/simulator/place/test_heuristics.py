@@ -32,7 +32,7 @@ from simulator.place.placer import SingleDevicePlacer
 from workloads.compute_graph import ComputeGraph
 from workloads.loaders import load_compute_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 METHODS = ("heft", "m_topo", "m_etf", "m_sct", "metis", "pipedream")
 
 

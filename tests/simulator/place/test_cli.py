@@ -121,7 +121,7 @@ def test_method_file_reprices_a_written_placement_and_ramp_block(tmp_path: Path)
 
 
 def test_a_placer_that_splits_a_group_is_refused(tmp_path: Path) -> None:
-    cfg = checked("graph=resnet18", "method._target_=tests.test_place_cli.SplittingPlacer", "gantt=false")
+    cfg = checked("graph=resnet18", "method._target_=tests.simulator.place.test_cli.SplittingPlacer", "gantt=false")
     with pytest.raises(ConfigError, match="split .* group"):
         run_place(cfg, tmp_path, {})
 
@@ -194,7 +194,7 @@ def test_bad_placement_files(capsys: pytest.CaptureFixture[str], tmp_path: Path)
 def test_a_zero_time_limit_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "method").mkdir()
     (tmp_path / "method" / "mip_stand_in.yaml").write_text(
-        "_target_: tests.test_place_cli.TimeLimitedPlacer\ntime_limit_s: 60.0\n")
+        "_target_: tests.simulator.place.test_cli.TimeLimitedPlacer\ntime_limit_s: 60.0\n")
     checked("method=mip_stand_in", config_dir=tmp_path)
     err = rejected(capsys, "method=mip_stand_in", "method.time_limit_s=0", config_dir=tmp_path)
     assert "field 'method.time_limit_s': must be > 0 seconds, got 0" in err

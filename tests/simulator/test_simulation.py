@@ -17,7 +17,7 @@ from simulator.records import JobRecord, records_to_csv
 from simulator.simulation import Simulation
 from simulator.topology import RampTopology
 from tests.conftest import CONF_DIR, make_graph
-from tests.test_simulator_model import _partitioned_critical_path
+from tests.simulator.test_model import _partitioned_critical_path
 from workloads.arrivals import Poisson
 from workloads.beta import UniformBeta
 from workloads.graph import OpGraph

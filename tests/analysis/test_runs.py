@@ -22,7 +22,7 @@ from analysis.runs import (
     load_sweep_with_jobs,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 JOBS_CSV = """job_id,model,arrival_time_s,beta,sequential_jct_s,max_jct_s,degree,num_servers,servers,outcome,block_reason,jct_s,start_time_s,completion_time_s,speedup,demand_bytes,cluster_bytes,busy_server_s
 0,gnmt,0.0,0.5,100.0,50.0,2,2,0-0-0 1-0-0,completed,,50.0,0.0,50.0,2.0,1e9,2e9,100.0

@@ -14,7 +14,7 @@ from simulator.errors import ConfigError
 from simulator.place.devices import Device, DeviceSet
 from simulator.place.mip import MipPlacer
 from simulator.place.objectives import bind_objective
-from tests.test_place_search import pipeline, random_document
+from tests.simulator.place.test_local_search import pipeline, random_document
 from workloads.dnn_partitioning import parse_dnn_partitioning
 
 

@@ -25,7 +25,7 @@ from workloads.errors import WorkloadError
 from workloads.graph import TrainingGraph
 from workloads.loaders import load_compute_graph, load_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _preset(name: str) -> DeviceSet:
@@ -182,7 +182,7 @@ def test_op_placement_on_a_ramp_block_prices_like_the_cluster_simulator() -> Non
 
 
 def test_renamed_job_placement_checkpoints_resolve() -> None:
-    from pacml.agent.policy import SHIPPED_DIR, resolve_checkpoint
+    from pacml.shipped import SHIPPED_DIR, resolve_checkpoint
 
     assert resolve_checkpoint("paper_betaA_placement", "policy.pt", "policy", "policy.checkpoint") == \
         SHIPPED_DIR / "paper_betaA_block" / "policy.pt"

@@ -26,7 +26,7 @@ from workloads.json_format import graph_to_json, load_json_graph, write_json_gra
 from workloads.loaders import load_graph, load_graph_set, resolve_graph_paths
 from workloads.pipedream import load_pipedream
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script(name: str):

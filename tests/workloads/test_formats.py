@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from simulator.place.devices import DeviceSet
 from simulator.place.objectives import bind_objective
-from tests.test_graph_fuzz import fuzz
+from tests.workloads.test_graph_fuzz import fuzz
 from workloads.dnn_partitioning import parse_dnn_partitioning
 from workloads.errors import WorkloadError
 from workloads.graph import TrainingGraph

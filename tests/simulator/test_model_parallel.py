@@ -14,7 +14,7 @@ from simulator.errors import ConfigError
 from simulator.partition import Partitioner
 from simulator.topology import RampTopology
 from tests.conftest import make_graph
-from tests.test_cluster_op_placer import PHYSICAL, compose_sim, hetero, records_digest
+from tests.simulator.allocation.test_op_placer import PHYSICAL, compose_sim, hetero, records_digest
 from workloads.graph import TrainingGraph
 
 MP = {**PHYSICAL, "split_ops": False}
@@ -30,7 +30,7 @@ def two_branch_graph() -> TrainingGraph:
     return TrainingGraph(make_graph("two_branch", ops, edges))
 
 
-# The known answers of tests/test_cluster_op_placer.py (recorded before op placers existed):
+# The known answers of tests/simulator/allocation/test_op_placer.py (recorded before op placers existed):
 # naming the default split rule explicitly changes nothing, bit for bit.
 @pytest.mark.parametrize(("overrides", "seed", "expected"), [
     (["scenario=physical", "policy=min_feasible_4", "beta=C", "horizon_s=120", "sim.split_ops=true"], 3,
