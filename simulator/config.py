@@ -1,29 +1,14 @@
 """Config plumbing shared by every command and builder: the one typed check of a composed config,
 ``instantiate_checked``, and where ``conf/`` lies.
 
-A leaf of ``simulator/``: it imports only :mod:`simulator.errors` and :mod:`simulator.estimate` (both
-import nothing of the project's simulator), so any module may import it and none closes a cycle
-through it. The command plumbing (argv, Hydra preflight, exit status) is :mod:`simulator.cli`,
-imported by the entry points only.
-
-Hydra composes a config; this module checks it once, before any work, and raises
-:class:`~simulator.errors.ConfigError` naming the key at fault:
-
-- plain keys (``seed``, ``horizon_s``, ``sim.*``, ``workload.*``, ``ppo.*``, ...) against a
-  table of types and ranges (:data:`SIM_KEYS`, plus the dataclass sections a command adds);
-- plug-in nodes (``cluster``, ``arrivals``, ``beta``, ``policy``, ``reward``: anything with a
-  ``_target_``) against the target class's ``__init__`` signature: its type hints give the
-  types, and a key the class does not take is an error naming the keys it does take;
-- the size of the episode (:func:`estimate_arrivals`), so that a typo in a rate does not start
-  a run of 20 million arrivals (``max_arrivals``).
-
-Booleans must be real booleans (``maybe`` is not true), integers must be integers (``1.5`` is not
-truncated), and floats must be finite. Ranges beyond the types are checked by the classes
-themselves when they are built (e.g. ``cluster.num_racks_per_group >= 1``).
-
-:func:`instantiate_checked` is Hydra's ``instantiate`` with our own errors unwrapped: every builder
-(:mod:`simulator.build`, the op placer of :mod:`simulator.allocation.op_placer`, ``pacml place``)
-calls it.
+A leaf of ``simulator/`` (it imports only :mod:`simulator.errors` and :mod:`simulator.estimate`);
+the command plumbing is :mod:`simulator.cli`, imported by the entry points only. Hydra composes a
+config; :func:`validate_config` checks it once, before any work, and raises
+:class:`~simulator.errors.ConfigError` naming the key at fault: plain keys against
+:data:`SIM_KEYS` (and a command's dataclass sections), ``_target_`` nodes against their class's
+``__init__`` signature, and the episode's size (``max_arrivals``). :func:`instantiate_checked`
+is Hydra's ``instantiate`` with our own errors unwrapped. The rules: docs/configuration.md
+("How a config is checked").
 """
 
 from __future__ import annotations
@@ -62,6 +47,7 @@ OLD_TARGETS: dict[str, str] = {
     "pacml.policy.PacMLPolicy": "pacml.agent.policy.PacMLBetaPolicy",
     "pacml.rewards.JobAcceptance": "pacml.agent.rewards.JobAcceptance",
     "pacml.rewards.AcceptedDemand": "pacml.agent.rewards.AcceptedDemand",
+    "pacml.adaptive.AdaptivePolicy": "pacml.adaptive.policy.AdaptivePolicy",
 }
 
 #: The shipped config directory (``conf/``).

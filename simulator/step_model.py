@@ -1,33 +1,17 @@
-"""Op-level step model (the "lookahead"): one training step of a placed, partitioned job.
+"""Op-level step model (the "lookahead"): one training step of a placed, partitioned job (spec §7).
 
-Semantics (spec §7, with the differences stated):
+* Each server runs one sub-op at a time, to completion, shortest compute first (SRPT with static
+  priorities, ties by sub-op index); the original re-picked every tick (well under 0.1 % apart).
+* A sub-op is ready when every non-sync in-dependency's source finished and its transfer (or
+  collective) elapsed; transfers run in parallel (RAMP links are uncontended).
+* Weight-sync messages never gate a sub-op; the step ends when all sub-ops finished and all sync
+  messages arrived. ``JCT = step time x training steps``; a server of speed ``v`` takes ``time / v``.
 
-* Each server runs one sub-op at a time, to completion (GPU kernels are not preempted; the
-  original re-picked at every tick, which changes step times by well under 0.1 % here).
-* Among the ready sub-ops of a server it starts the one with the shortest compute time first
-  (SRPT with static priorities, as the original), ties broken by sub-op index.
-* A sub-op is ready when every non-sync in-dependency has arrived: its source finished and the
-  dependency's transfer (or collective) time elapsed. Transfers start when their source finishes
-  and proceed in parallel (RAMP links are uncontended under the RAMP rules).
-* Weight-sync messages never gate a sub-op; the step ends when every sub-op has finished and
-  every sync message has arrived.
-* ``JCT = step time x training steps``.
-* On a cluster of two GPU generations a sub-op on a server of speed ``v`` takes ``time / v``
-  (the collectives' reduction cost stays that of the profiled GPU).
-
-The model runs on :class:`simulator.partition.AggregatePartition` (op-level edges as barriers,
-collectives and all-to-all exchanges as aggregate events), whose cost grows with sub-ops and
-training edges, not with ``n_u x n_v`` dependencies; step times are equal bit for bit to the
-dependency-level reference (:meth:`StepModel.reference_step`, :func:`simulate_step`), which the
-tests compare against. ``compute_s`` is equal too; ``comm_s`` is the same sum taken in another
-order (it may differ in the last bits).
-
-Results are cached by ``(graph, degree, placement signature)``: placements that differ only by
-a renaming of servers (and of their groups, racks and in-rack indices) share one lookahead; on a
-cluster of several GPU generations the signature also holds each server's kind, so blocks of
-different kinds never share an entry. The op placer (``sim.op_placer``) needs no place in the
-key: the key is the placement it produced, and equal signatures time equally whoever placed them
-(the placement caches, ``simulator.allocation.first_fit`` and ``simulator.allocation.op_placer``, do key on it).
+It runs on :class:`simulator.partition.AggregatePartition` (cost O(sub-ops + training edges));
+step times and ``compute_s`` equal the dependency-level reference (:meth:`StepModel.reference_step`,
+:func:`simulate_step`) bit for bit, ``comm_s`` up to summation order. Results are cached by
+``(graph, degree, placement signature)``: servers renamed alike share an entry, server kinds are in
+the signature, and the op placer needs no place in the key (equal placements time equally).
 """
 
 from __future__ import annotations

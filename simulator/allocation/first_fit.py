@@ -1,35 +1,16 @@
 """Job allocation on RAMP: first-fit symmetric blocks with parent chaining (spec §5.1).
 
 Which servers a job gets; in finding them, first fit also puts every sub-op on one of those
-servers (the simulator's own rule, kept bit for bit), which an op placer
-(:mod:`simulator.allocation.op_placer`) may then change inside the job's block.
-
-Forward ops are visited in topological order. A split op of ``n`` sub-ops first tries to
-*chain* onto a parent placed on exactly ``n`` servers (sub-op ``i`` on the parent's ``i``-th
-server); otherwise it takes the first block of ``n`` servers, in the RAMP first-fit scan order,
-whose servers are free of other jobs and have room. Sub-op ``i`` of an op and of its backward
-mirror share a server. One job per server; ops of the same job may share servers.
-
-Two modes decide which servers a job may use:
-
-* ``op_first_fit`` (paper): every op scans the whole cluster. An op that cannot chain (e.g. a
-  zero-time op after a split one) lands on the first free server anywhere, so in a busy cluster a
-  narrow job can hold servers outside its main block, as in the original (spec §15.1).
-* ``block``: the job first takes the first-fit block of ``degree`` servers and every op must fit
-  inside it, so a job holds exactly ``degree`` servers (a cleaner physical model).
-
-With ``sim.split_ops=false`` (model parallelism, ``block`` mode only) no op is split, so every op
-is a single sub-op and first fit's chaining puts each op on the server of its first parent (in
-edge order) that still has memory for it, and a source op (or one whose parents' servers are
-full) on the first server of the block, in first-fit order, with room. While memory lasts every
-op therefore runs on the block's first server, and the job times as on one server. The job still
-holds its whole block (:meth:`FirstFitAllocator._hold_block`), so a placer may spread its ops over it.
-
-An explicit block from a policy (learned placement) restricts the job to that block in either mode.
-
-In ``block`` mode an *op placer* (``sim.op_placer``, :mod:`simulator.allocation.op_placer`) may then
-move the job's ops among the servers of its block; ``first_fit`` (no op placer) keeps the rule
-above. On a cluster of two GPU generations every memory test uses the server's own memory.
+servers (kept bit for bit), which an op placer (:mod:`simulator.allocation.op_placer`) may then
+change inside the job's block. Forward ops in topological order: a split op of ``n`` sub-ops
+chains onto a parent placed on exactly ``n`` servers (sub-op ``i`` on the parent's ``i``-th
+server), else takes the first free block of ``n`` servers with room; an op and its backward
+mirror share servers; one job per server. Modes: ``op_first_fit`` (paper: each op scans the
+whole cluster, spec §15.1) and ``block`` (the job takes one block of ``degree`` servers and every
+op fits inside it). With ``sim.split_ops=false`` each op goes to its first parent's server with
+memory (a source op to the block's first server with room), while the job still holds its whole
+block (:meth:`FirstFitAllocator._hold_block`). A policy's explicit block restricts the job to it;
+every memory test uses the server's own memory.
 """
 
 from __future__ import annotations
