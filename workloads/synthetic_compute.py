@@ -1,38 +1,14 @@
 """Seeded synthetic computation graphs for pre-training an op placer (numpy only).
 
-Four families, each in an inference form (forward ops only) and a training form (forward ops,
-their backward mirrors, the join edge; built through
-:meth:`~workloads.compute_graph.ComputeGraph.from_training_graph`, so groups and edge bytes follow
-its rule exactly: an op and its mirror share a group, a forward edge ``u -> v`` carries ``u``'s
-activation and its mirror ``n+v -> n+u`` the same bytes):
-
-* ``layered``: random layered DAGs (``width`` ops at most per layer, ``depth`` layers, each op fed
-  by 1-3 ops of the layer before and, with probability ``skip``, by one op further back);
-* ``chain``: a chain of ``length`` ops (an MLP / plain CNN): placement can only pipeline it;
-* ``towers``: Inception / NASNet-like cells: each of ``cells`` cells fans out into ``branches``
-  branches of 1-3 ops that are concatenated; a NASNet-style cell also reads the cell before last;
-* ``transformer``: ``layers`` transformer blocks whose ``heads`` attention heads are parallel
-  branches (q, k, v projections, scores + softmax, context), then concat, output projection,
-  residual add, layer norm, MLP (fc1, GELU, fc2), residual add, layer norm.
-
-Magnitudes (reference kind ``gpu``, an A100-like device): an op's time is a roofline estimate
-``max(FLOPs / 19.5e12, bytes / 1.555e12)`` (transformer), or drawn log-uniformly per op type (the
-other families), with +-10 % seeded noise, clipped to [:data:`MIN_OP_TIME_S`,
-:data:`MAX_OP_TIME_S`]. In the drawn families a graph's typical activation is sized by a drawn
-communication-to-computation ratio (0.02-1 on a 4e11 B/s RAMP link, as the shipped real graphs'
-0.01-0.3 and the torch.fx exports' 0.1-1.7), its activation total capped at 10 GB; every
-activation is clipped to [:data:`MIN_ACTIVATION_BYTES`, :data:`MAX_ACTIVATION_BYTES`]. Memory of an op = parameters + activation (the rule of
-:class:`~workloads.graph.TrainingGraph`); the biggest training graphs total 40-60 GB, so memory binds on
-40 GB devices only sometimes. Backward time is :data:`BACKWARD_FACTOR` x forward.
-
-CPU times: with ``cpu=True`` the graph also lists kind ``cpu``: element-wise and normalisation ops
-run 4-12x slower than on the GPU, matmul-like ops 20-60x slower, and some ops (attention scores,
-large convolutions: kernels the host has no implementation of, about a fifth of the compute ops)
-cannot run there (``inf``). Without it a CPU device uses the GPU time divided by its speed.
-
-Names say the family, its parameters, the CPU flag, the seed and the form, e.g.
-``layered_w4_d30_s7_train`` or ``transformer_l2_h8_cpu_s3_inf``; :func:`graph_from_name` builds the
-graph a name describes, so a name is a complete, reproducible specification.
+Four families, ``layered``, ``chain``, ``towers`` and ``transformer``, each in an inference form
+and a training form (built through :meth:`~workloads.compute_graph.ComputeGraph.from_training_graph`).
+Times are for an A100-like ``gpu`` (a roofline ``max(FLOPs / 19.5e12, bytes / 1.555e12)`` for the
+transformer, drawn log-uniformly per op type otherwise, +-10 % noise), clipped to
+[:data:`MIN_OP_TIME_S`, :data:`MAX_OP_TIME_S`]; activations to [:data:`MIN_ACTIVATION_BYTES`,
+:data:`MAX_ACTIVATION_BYTES`]; backward is :data:`BACKWARD_FACTOR` x forward; ``cpu=True`` adds
+kind ``cpu``. A name (``layered_w4_d30_s7_train``) is a complete specification:
+:func:`graph_from_name` builds it. Families and magnitudes in detail: docs/learned-placer.md
+("Synthetic graphs").
 """
 
 from __future__ import annotations
