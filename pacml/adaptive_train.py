@@ -1,0 +1,507 @@
+"""Training the adaptive agent (``pacml train-adaptive``): teacher search, then the selector fit.
+
+1. **Teacher search**: ``num_conditions`` random conditions (:func:`pacml.adaptive.sample_condition`:
+   beta A-D, uniform and fixed targets; 0.25x-4x the paper's load per server; fixed and Poisson
+   arrivals; eight clusters of 32-512 servers; mixes of six graphs), each simulated under every
+   rule on ``seeds_per_condition`` training seeds, in ``workers`` processes. One atomic
+   ``conditions/NNNN.npz`` per condition, so a re-run in the same directory computes only what is
+   missing (resume).
+2. **Fit**: the selector MLP minimises the expected regret over the conditions not held out for
+   validation (every ``val_every``-th condition); the epoch with the lowest validation regret of
+   the *argmax* rule is kept.
+
+Everything runs within ``time_budget_s`` (teacher search gets ``teacher_budget_frac`` of it; the
+processes still running at its deadline are stopped and their conditions dropped).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import multiprocessing as mp
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from pacml.adaptive import (
+    WINDOW,
+    NeighbourTable,
+    SelectorWeights,
+    sample_condition,
+    save_adaptive,
+    teacher_search,
+)
+from pacml.agent.env import TRAIN_SEED_LOW
+from workloads.io import atomic_write, atomic_write_text
+
+log = logging.getLogger(__name__)
+PROG = "pacml-train-adaptive"
+#: Training condition samples saved with a selector (:meth:`pacml.adaptive.SelectorWeights.novelty`).
+REFERENCE_ROWS = 4096
+
+
+@dataclass
+class AdaptiveTrainConfig:
+    """Knobs of ``pacml train-adaptive`` (``conf/train_adaptive.yaml``)."""
+
+    num_conditions: int = 3000
+    seeds_per_condition: int = 2
+    jobs_per_episode: int = 500
+    size_spread_frac: float = 0.0
+    workers: int = 2
+    seed: int = 0
+    time_budget_s: float = 3600.0
+    teacher_budget_frac: float = 0.85
+    val_every: int = 5
+    hidden: int = 64
+    epochs: int = 400
+    learning_rate: float = 3.0e-3
+    weight_decay: float = 1.0e-4
+    torch_threads: int = 1
+    batch_rows: int = 20000
+    minibatch_rows: int | None = None
+    core_frac: float = 0.5
+    scenario: str = "paper"
+    window: int = WINDOW
+    neighbours: int | None = None
+    block_search: int = 0
+
+
+def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
+    """The overrides of training condition ``index`` (a pure function of the run's seed)."""
+    return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode, cfg.core_frac,
+                            cfg.scenario, cfg.size_spread_frac,
+                            np.random.default_rng([cfg.seed, index, 1]))
+
+
+def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
+    """Training simulation seeds of condition ``index`` (>= TRAIN_SEED_LOW, never evaluation seeds)."""
+    base = TRAIN_SEED_LOW + 1000 * cfg.seed + index * cfg.seeds_per_condition
+    return [base + s for s in range(cfg.seeds_per_condition)]
+
+
+def _search_worker(args: tuple[list[str], list[int], str, int, int]) -> tuple[str, float]:
+    overrides, seeds, path, window, block_search = args
+    start = time.perf_counter()
+    res = teacher_search(overrides, seeds, window=window, block_search=block_search)
+    meta = json.dumps({"overrides": res["overrides"], "seeds": res["seeds"], "rules": res["rules"],
+                       "window": window, "horizon_s": res["horizon_s"], "block_search": block_search})
+
+    def write(fh: Any) -> None:
+        np.savez(fh, blocking=res["blocking"], end_blocking=res["end_blocking"], rule_features=res["rule_features"],
+                 conditions=res["conditions"], meta=np.frombuffer(meta.encode(), dtype=np.uint8))
+
+    atomic_write(path, write)
+    return path, time.perf_counter() - start
+
+
+def load_condition(path: Path) -> dict[str, Any]:
+    """One teacher-search result file."""
+    with np.load(path, allow_pickle=False) as data:
+        out = {k: data[k] for k in ("blocking", "rule_features", "conditions")}
+        out |= json.loads(bytes(data["meta"]).decode())
+    return out
+
+
+def labels(result: dict[str, Any], cfg: AdaptiveTrainConfig) -> np.ndarray:
+    """Mean blocking per rule of one condition, as the fit sees it (over its training seeds)."""
+    return result["blocking"].mean(axis=1)
+
+
+def run_until(worker: Any, tasks: list[Any], workers: int, deadline: float, on_result: Any = None) -> list[Any]:
+    """``worker(task)`` for every task in ``workers`` processes until done or ``deadline``
+    (``time.monotonic``); tasks still running then are stopped and dropped. ``on_result(result)``
+    is called as each one finishes. Returns the finished results."""
+    out: list[Any] = []
+    pool = mp.get_context("forkserver").Pool(workers)
+    try:
+        pending: list[Any] = []
+        queue = list(tasks)
+        while queue or pending:
+            while queue and len(pending) < workers and time.monotonic() < deadline:
+                pending.append(pool.apply_async(worker, (queue.pop(0),)))
+            if time.monotonic() >= deadline:
+                log.info("time budget reached with %d tasks unfinished", len(queue) + len(pending))
+                break
+            finished = [p for p in pending if p.ready()]
+            for p in finished:
+                pending.remove(p)
+                out.append(p.get())
+                if on_result is not None:
+                    on_result(out[-1])
+            if not finished:
+                time.sleep(0.2)
+    finally:
+        pool.terminate()
+        pool.join()
+    return out
+
+
+def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: bool = True,
+           on_done: Any = None) -> list[Path]:
+    """Teacher search over the run's conditions until done or ``deadline`` (``time.monotonic``);
+    ``on_done()`` is called after each condition is written."""
+    folder = out_dir / "conditions"
+    folder.mkdir(parents=True, exist_ok=True)
+    todo = [(condition_overrides(cfg, i), condition_seeds(cfg, i), str(folder / f"{i:04d}.npz"), cfg.window,
+             cfg.block_search) for i in range(cfg.num_conditions) if not (folder / f"{i:04d}.npz").is_file()]
+    done = cfg.num_conditions - len(todo)
+    log.info("teacher search: %d of %d conditions done, %d to go (%d workers)", done, cfg.num_conditions,
+             len(todo), cfg.workers)
+    start = time.monotonic()
+
+    def finished(result: tuple[str, float]) -> None:
+        nonlocal done
+        done += 1
+        if on_done is not None:
+            on_done()
+        if progress:
+            log.info("condition %s searched in %.1f s (%d/%d, %.0f s elapsed)", Path(result[0]).stem, result[1],
+                     done, cfg.num_conditions, time.monotonic() - start)
+
+    run_until(_search_worker, todo, cfg.workers, deadline, finished)
+    return sorted(folder.glob("*.npz"))
+
+
+def _dataset(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> tuple[Any, Any, Any]:
+    """Padded tensors: condition samples ``(N, C)``, their rules ``(N, R, F)``, regrets ``(N, R)``
+    (``inf`` pads missing rules)."""
+    import torch
+
+    width = max(len(r["rules"]) for r in results)
+    conds, rules, regrets = [], [], []
+    for r in results:
+        mean = labels(r, cfg)
+        regret = np.full(width, np.inf)
+        regret[: len(mean)] = mean - mean.min()
+        feats = np.zeros((width, r["rule_features"].shape[1]), dtype=np.float32)
+        feats[: len(mean)] = r["rule_features"]
+        for c in r["conditions"]:
+            conds.append(c)
+            rules.append(feats)
+            regrets.append(regret)
+    return (torch.tensor(np.stack(conds)), torch.tensor(np.stack(rules)),
+            torch.tensor(np.stack(regrets), dtype=torch.float32))
+
+
+def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[str, Any]], out_dir: Path,
+        deadline: float, drop: tuple[int, ...] = ()) -> tuple[SelectorWeights, dict[str, float]]:
+    """Fit the selector by expected regret; keep the epoch with the best validation argmax regret.
+
+    ``drop``: condition-feature columns zeroed everywhere (ablations: what the selector does
+    without, e.g., the load or target features).
+    """
+    import torch
+    from torch import nn
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.torch_threads)
+    xc, xr, reg = _dataset(train, cfg)
+    vc, vr, vreg = _dataset(val, cfg) if val else (xc, xr, reg)
+    for column in drop:
+        xc[:, column] = 0.0
+        vc[:, column] = 0.0
+    dim = xc.shape[1] + xr.shape[2]
+    net = nn.Sequential(nn.Linear(dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(),
+                        nn.Linear(cfg.hidden, 1))
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+    def scores(c: torch.Tensor, r: torch.Tensor, regret: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([c.unsqueeze(1).expand(-1, r.shape[1], -1), r], dim=2)
+        return net(x).squeeze(-1).masked_fill(torch.isinf(regret), -1e9)
+
+    def argmax_regret(c: torch.Tensor, r: torch.Tensor, regret: torch.Tensor) -> float:
+        with torch.no_grad():
+            pick = scores(c, r, regret).argmax(dim=1)
+            return float(regret.gather(1, pick[:, None]).mean())
+
+    finite = lambda t: torch.where(torch.isinf(t), torch.zeros_like(t), t)  # noqa: E731
+    # Above batch_rows samples, each epoch takes a random batch_rows of them (and the train regret
+    # is measured on a fixed random batch_rows): the epoch's cost stops growing with the search,
+    # which the faster teacher search made several times larger. At or below it: every row.
+    rows_total = xc.shape[0]
+    sampler = torch.Generator().manual_seed(cfg.seed)
+    probe = (torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows] if rows_total > cfg.batch_rows
+             else slice(None))
+    best = (math.inf, None, -1)
+    rows = []
+    for epoch in range(cfg.epochs):
+        if time.monotonic() >= deadline:
+            log.info("fit: time budget reached after %d epochs", epoch)
+            break
+        if rows_total > cfg.batch_rows:
+            batch = torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows]
+        else:
+            batch = torch.randperm(rows_total, generator=sampler) if cfg.minibatch_rows else torch.arange(rows_total)
+        # One Adam step per epoch (minibatch_rows None, as the shipped agent was fitted), or one per
+        # minibatch_rows of the epoch's rows: many more steps for the same rows.
+        for chunk in torch.split(batch, cfg.minibatch_rows or len(batch)):
+            opt.zero_grad()
+            p = torch.softmax(scores(xc[chunk], xr[chunk], reg[chunk]), dim=1)
+            loss = (p * finite(reg[chunk])).sum(dim=1).mean()
+            loss.backward()
+            opt.step()
+        if epoch % 5 == 0 or epoch == cfg.epochs - 1:
+            tr, va = argmax_regret(xc[probe], xr[probe], reg[probe]), argmax_regret(vc, vr, vreg)
+            rows.append({"epoch": epoch, "loss": float(loss.detach()), "train_regret": tr, "val_regret": va})
+            if va < best[0]:
+                best = (va, [(m.weight.detach().double().numpy().copy(), m.bias.detach().double().numpy().copy())
+                             for m in net if isinstance(m, nn.Linear)], epoch)
+            if epoch % 50 == 0:  # the fit takes minutes: show it moving
+                log.info("fit epoch %d/%d: train regret %.4f, validation %.4f (best %.4f at epoch %d)", epoch,
+                         cfg.epochs, tr, va, best[0], best[2])
+    with (out_dir / "metrics.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["epoch", "loss", "train_regret", "val_regret"])
+        writer.writeheader()
+        writer.writerows(rows)
+    assert best[1] is not None
+    return SelectorWeights(best[1]), {"best_epoch": best[2], "val_regret": best[0],
+                                      "train_regret": rows[-1]["train_regret"] if rows else math.nan}
+
+
+def reference_conditions(results: list[dict[str, Any]], seed: int, rows: int = REFERENCE_ROWS) -> np.ndarray:
+    """A random ``rows`` of the condition samples of ``results`` (all when fewer), saved with the
+    selector so the agent can tell how far a condition is from its training data."""
+    conds = np.concatenate([r["conditions"] for r in results]).astype(np.float32)
+    if len(conds) <= rows:
+        return conds
+    pick = np.random.default_rng([seed, 31]).choice(len(conds), size=rows, replace=False)
+    return conds[np.sort(pick)]
+
+
+def neighbour_table(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> NeighbourTable:
+    """The nearest-neighbour lookup over ``results`` (``cfg.neighbours`` voters), with the labels the
+    fit uses."""
+    assert cfg.neighbours is not None
+    return NeighbourTable.build([(r["conditions"], r["rule_features"], labels(r, cfg)) for r in results],
+                                cfg.neighbours)
+
+
+def selector_regret(weights: SelectorWeights, results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> float:
+    """Mean regret of the selector's pick over the condition samples of ``results`` (numpy, as the
+    policy decides; the fit's own measure for the MLP)."""
+    out = []
+    for r in results:
+        mean = labels(r, cfg)
+        regret = mean - mean.min()
+        out.extend(regret[int(np.argmax(weights.scores(c, r["rule_features"])))] for c in r["conditions"])
+    return float(np.mean(out)) if out else math.nan
+
+
+def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | None = None) -> dict[str, float]:
+    """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
+    cfg = cfg or AdaptiveTrainConfig()
+    out: dict[str, float] = {}
+    common = set.intersection(*(set(r["rules"]) for r in results)) if results else set()
+    for label in sorted(common):
+        vals = []
+        for r in results:
+            mean = labels(r, cfg)
+            vals.append(mean[r["rules"].index(label)] - mean.min())
+        out[label] = float(np.mean(vals))
+    return out
+
+
+def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
+          conditions_dir: Path | None = None) -> dict[str, Any]:
+    """The whole run (resumable in ``out_dir``); writes ``adaptive.npz`` and ``train_summary.json``.
+
+    ``conditions_dir``: another run's teacher search (its ``conditions/``) to fit on instead of
+    searching (a *refit*: the whole budget goes to the fit).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    used_file = out_dir / USED_FILE
+    used_before = json.loads(used_file.read_text())["seconds"] if used_file.is_file() else 0.0
+    start = time.monotonic() - used_before  # the budget is the total over resumed sessions
+
+    def record_time() -> None:
+        atomic_write_text(used_file, json.dumps({"seconds": time.monotonic() - start}))
+
+    budget = cfg.time_budget_s if cfg.time_budget_s else math.inf
+    if conditions_dir is None:
+        paths = search(cfg, out_dir, start + budget * cfg.teacher_budget_frac, progress, on_done=record_time)
+    else:
+        paths = sorted(conditions_dir.glob("*.npz"))
+        log.info("refit on the teacher search in %s: %d conditions", conditions_dir, len(paths))
+    search_s = time.monotonic() - start
+    results = [load_condition(p) for p in paths]
+    index = [int(p.stem) for p in paths]
+    val = [r for i, r in zip(index, results, strict=True) if i % cfg.val_every == 0]
+    tr = [r for i, r in zip(index, results, strict=True) if i % cfg.val_every != 0]
+    if not tr:
+        from simulator.errors import ConfigError
+
+        raise ConfigError("no training condition finished within the time budget", field="adaptive.time_budget_s")
+    weights, stats = fit(cfg, tr, val, out_dir, start + budget)
+    weights.reference = reference_conditions(tr, cfg.seed)
+    if cfg.neighbours is not None:
+        weights.neighbours = neighbour_table(tr, cfg)
+        stats = {**stats, "val_regret_mlp": stats["val_regret"], "val_regret": selector_regret(weights, val, cfg)}
+        log.info("nearest-neighbour selector (k=%d): validation regret %.4f (the MLP's: %.4f)", cfg.neighbours,
+                 stats["val_regret"], stats["val_regret_mlp"])
+    base = baseline_regrets(val, cfg)
+    best_fixed = min(base, key=base.get) if base else None
+    meta = {"train_config": asdict(cfg), "conditions": len(results)}
+    save_adaptive(out_dir / "adaptive.npz", weights, meta)
+    summary = {"conditions": len(results), "train_conditions": len(tr), "val_conditions": len(val),
+               **({"refit_of": str(conditions_dir.parent)} if conditions_dir is not None else {}),
+               "teacher_search_s": search_s, "total_s": time.monotonic() - start, **stats,
+               "val_regret_best_fixed_rule": base.get(best_fixed, math.nan) if best_fixed else math.nan,
+               "best_fixed_rule": best_fixed, "val_regret_fixed_rules": base}
+    atomic_write_text(out_dir / "train_summary.json", json.dumps(summary, indent=2))
+    record_time()
+    log.info("adaptive agent: validation regret %.4f (best fixed rule %s: %.4f) on %d conditions; %s",
+             stats["val_regret"], best_fixed, summary["val_regret_best_fixed_rule"], len(val), out_dir / "adaptive.npz")
+    return summary
+
+
+# ---------------------------------------------------------------------------- the console command
+CONFIG_FILE = "train_config.yaml"
+USED_FILE = "time_used.json"
+#: Retired settings and the value that turned them off: a saved run config (resume, refit) holding one
+#: at that value loads without it; at any other value it cannot be reproduced, so it is refused.
+RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server": 0}
+#: Settings a resumed run may change (everything else comes from the run's own config).
+RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
+#: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
+SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "size_spread_frac",
+               "seed", "core_frac",
+               "scenario", "window", "block_search")
+
+
+def adaptive_run_dir(resume: str | None, default: str) -> str:
+    """``hydra.run.dir``: the resumed run's own directory when ``resume`` names one, else ``default``."""
+    if resume and (Path(str(resume)) / CONFIG_FILE).is_file():
+        return str(resume)
+    return default
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    import pacml.runfiles  # noqa: F401  (registers pacml_resume_output_subdir)
+
+    OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
+
+
+_register_resolvers()
+
+
+def command() -> Any:
+    """What ``pacml train-adaptive``'s config holds, for the one check before any work."""
+    from simulator.cli import HydraCommand, override_keys
+    from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
+
+    count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
+    ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": Rule(int, low=20),
+              "size_spread_frac": Rule(float, low=0.0, high=1.0),
+              "workers": count, "seed": Rule(int, low=0, high=MAX_SEED),
+              "time_budget_s": Rule(float | None, low=0.0, low_open=True),
+              "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
+              "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
+              "torch_threads": count, "batch_rows": count, "minibatch_rows": Rule(int | None, low=1),
+              "core_frac": Rule(float, low=0.0, high=1.0),
+              "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
+              "neighbours": Rule(int | None, low=1), "block_search": Rule(int, low=0)}
+    keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
+            "refit": Rule(str | None, non_empty=True),
+            **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
+
+    class _Command(HydraCommand):
+        def validate(self, cfg: Any, overrides: Any) -> Any:
+            cfg = validate_config(cfg, keys=self.keys, plugins=(), given=override_keys(overrides))
+            from simulator.errors import ConfigError
+
+            if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
+                raise ConfigError(f"no pacml train-adaptive run at {cfg.resume} (no {CONFIG_FILE})", field="resume")
+            if cfg.get("refit"):
+                if cfg.get("resume"):
+                    raise ConfigError("resume and refit exclude each other (a refit writes a new run)", field="refit")
+                source = Path(str(cfg.refit))
+                if not (source / CONFIG_FILE).is_file() or not any((source / "conditions").glob("*.npz")):
+                    raise ConfigError(f"no pacml train-adaptive teacher search at {cfg.refit} (no {CONFIG_FILE} "
+                                      "or no conditions/*.npz)", field="refit")
+                for key in override_keys(overrides):
+                    if key.startswith("adaptive.") and key.split(".", 1)[1] in SEARCH_KEYS:
+                        raise ConfigError(f"a refit reuses {cfg.refit}'s teacher search, so its search settings "
+                                          f"({', '.join(SEARCH_KEYS)}) come from that run", field=key)
+            return cfg
+
+    return _Command(PROG, "train_adaptive", keys=keys, plugins=())
+
+
+def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train (or resume) from a composed ``conf/train_adaptive.yaml``."""
+    from omegaconf import OmegaConf
+
+    from simulator.errors import ConfigError
+
+    resumed = bool(cfg.get("resume"))
+    if resumed:
+        out_dir = Path(str(cfg.resume))
+        saved = OmegaConf.load(out_dir / CONFIG_FILE)
+        for item in overrides or []:
+            key = item.split("=", 1)[0].lstrip("+~")
+            if key == "resume" or key.startswith("hydra."):
+                continue
+            if key not in RESUME_OVERRIDABLE:
+                raise ConfigError(f"a resumed run keeps its own config; only {', '.join(RESUME_OVERRIDABLE)} "
+                                  f"may change (start a new run to change {key})", field=key)
+            OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+        cfg = saved
+    conditions_dir = None
+    if cfg.get("refit"):
+        conditions_dir = Path(str(cfg.refit)) / "conditions"
+        if not resumed:  # a resumed refit's saved config already holds the merged settings
+            from simulator.cli import override_keys
+
+            # The source run's settings (its search's describe the conditions fitted on), then
+            # the fit settings given on this command line.
+            source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
+            given = override_keys(overrides or [])
+            for key, value in source.get("adaptive", {}).items():
+                if key in RETIRED and value != RETIRED[key]:
+                    raise ConfigError(f"was retired (measured no better); {cfg.refit} was searched with it on",
+                                      field=f"adaptive.{key}")
+                if f"adaptive.{key}" not in given and key in cfg.adaptive:
+                    OmegaConf.update(cfg, f"adaptive.{key}", value, merge=False)
+    data = OmegaConf.to_container(cfg.adaptive, resolve=True)
+    assert isinstance(data, dict)
+    for key, off in RETIRED.items():
+        if key in data and data.pop(key) != off:
+            raise ConfigError(f"was retired (measured no better); a run with it on cannot be continued by this "
+                              f"version, only with {key}={off}", field=f"adaptive.{key}")
+    acfg = AdaptiveTrainConfig(**data)  # type: ignore[arg-type]
+    atomic_write_text(out_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg, resolve=True))
+    return train(acfg, out_dir, progress=bool(cfg.get("progress", True)), conditions_dir=conditions_dir)
+
+
+def main() -> None:
+    """Console entry point (``pacml train-adaptive``)."""
+    import sys
+
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from simulator.cli import preflight, report_user_errors
+
+    cmd = command()
+
+    @hydra.main(version_base=None, config_path="pkg://conf", config_name="train_adaptive")
+    def _hydra_main(cfg: Any) -> None:
+        hc = HydraConfig.get()
+        overrides = list(hc.overrides.task)
+        report_user_errors(PROG, lambda: train_from_config(cmd.validate(cfg, overrides), Path(hc.runtime.output_dir),
+                                                           overrides))
+
+    preflight(cmd, sys.argv[1:])
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
