@@ -10,8 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from analysis.report import build_report, main
-from tests.conftest import CONF_DIR
 from tests.analysis.test_runs import write_run
+from tests.conftest import CONF_DIR
 
 SIM = [sys.executable, "-c", "from simulator.run import main; main()"]
 REPORT = [sys.executable, "-c", "from analysis.report import main; main()"]
