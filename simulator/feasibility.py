@@ -143,7 +143,7 @@ class Feasibility:
         """``(degree, server mask, JCT in s)`` that :func:`~simulator.policies.heuristics.min_feasible_degree`
         gives ``job`` on this occupancy, placed by the placer, or ``None`` (no feasible degree: the
         rule rejects). The same answer as a :class:`FeasibilityTable`, through :meth:`placed_step`
-        (``tests/test_lookahead.py``)."""
+        (``tests/simulator/policies/test_lookahead.py``)."""
         steps, max_jct_s = job.num_training_steps, job.max_jct_s
         limit = self.max_placeable_degree(self.topology.num_servers - occupied_mask.bit_count())
         prefilter = self.jct_depends_on_shape_only

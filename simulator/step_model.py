@@ -133,7 +133,7 @@ def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.n
     """
     out_ptr, out_dst, indeg, out_dep, sources = pg.schedule_index
     dur = pg.sub_time_s if sub_time_s is None else sub_time_s
-    # The compiled kernel: list_schedule's semantics, bit for bit (tests/test_place_objectives.py).
+    # The compiled kernel: list_schedule's semantics, bit for bit (tests/simulator/place/test_objectives.py).
     _, fin = list_schedule_fast(out_ptr, out_dst, indeg, dep_time_s[out_dep], dur, sub_server, sources)
     step = float(fin.max()) if len(fin) else 0.0
     if pg.dep_is_sync.any():

@@ -18,7 +18,7 @@ A sample then goes through the console commands (``pacml graph validate FILE`` a
 ``pacml sim workload.graphs=FILE``): exit status 2 and exactly one ``prog: error: FILE...`` line on
 stderr for a rejected file, 0 for an accepted one.
 
-The generators are shared with ``tests/test_graph_fuzz.py`` (a small hypothesis sample).
+The generators are shared with ``tests/workloads/test_graph_fuzz.py`` (a small hypothesis sample).
 
 Usage: python benchmarks/fuzz/fuzz_graphs.py [--per-format 2000] [--cli-sample 50] [--sim-sample 6]
        [--seed 0] [--formats pipedream,json,dnn,json2]

@@ -468,7 +468,7 @@ class FirstFitAllocator:
         size holds that block too), so the placement is a function of those first blocks alone. They
         are found without listing every free block, and the placement is cached by them: on a big
         cluster occupancies rarely repeat, their first blocks often do. Equal to the op-by-op scan
-        (``tests/test_placement.py``)."""
+        (``tests/simulator/test_model.py``)."""
         index = self.free_index(allowed, region)
         firsts = []
         for n in sizes:

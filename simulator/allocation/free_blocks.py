@@ -11,7 +11,7 @@ nothing is kept per block (at 65,536 servers a degree has ~10^5 blocks, each a 6
 
 The order is the original's first-fit scan order (:meth:`RampTopology.iter_blocks`): shapes in
 :meth:`RampTopology.block_shapes` order, then origins ascending, so results equal a scan of
-:meth:`RampTopology.blocks` (``tests/test_topology_scale.py`` checks it).
+:meth:`RampTopology.blocks` (``tests/simulator/allocation/test_free_blocks.py`` checks it).
 
 A search may be restricted to a *region* (a sub-box of the grid, e.g. a job's block's bounding
 box): blocks outside it are not considered, and the scan order of those inside is unchanged.

@@ -4,7 +4,7 @@
 cluster simulator and the op placer's ``step`` / ``latency`` objectives share. A search over
 placements calls it thousands of times per second, so this module re-implements it with numba on
 flat arrays, with *exactly* the same semantics, and the same floating-point operations in the same
-order (so the results are equal bit for bit; ``tests/test_place_objectives.py`` checks it):
+order (so the results are equal bit for bit; ``tests/simulator/place/test_objectives.py`` checks it):
 
 * events (a task finishing, a task becoming ready) are ordered by ``(time, kind, task)`` with
   finishes before releases; all events at one time are processed together, then every device
