@@ -1,37 +1,14 @@
 """Decision latency of a degree agent from cold caches, with a breakdown, optionally on a busy host.
 
-The agent is the per-beta one (``policy=pacml_beta``) unless ``--pacml [OVERRIDE ...]`` asks for the
-adaptive agent (``policy=pacml``, built as ``pacml sim`` builds it, with those policy overrides).
-
-Runs whole episodes and times every ``decide(job, state)`` call of a :class:`PacMLBetaPolicy`. Each
-episode starts with a fresh simulation (cold placement, free-block, partition and lookahead
-caches) and a fresh policy (cold graph-embedding cache); numba's compiled kernels are warmed up
-once before timing (compilation is a one-off per install, cached on disk, not a per-decision cost).
-
-Breakdown of the same cold calls (by wrapping the placer, the step model and the encoder; the
-wrappers cost ~1 us per call): ``placement`` (first-fit op placement of every degree),
-``lookahead`` (the step model on each placement), ``free_blocks`` (free-block counts per degree),
-``features`` (the rest of observation building: globals, action rows, mask), ``forward`` (graph
-embedding on a graph's first sight, then the MLP pass), and ``gc``: Python's cyclic garbage
-collector, which runs inside whichever part allocated when it triggered (its time is taken out of
-that part). The rare decisions of 0.1-0.5 s on 512 servers are full collections: of every object
-without a frozen heap, of the placement caches' objects with one (they grow over a long episode;
-on 512 servers the occupancy-keyed op placements are reused by 3 % of requests, on 32 by 72 %).
-
-On ``--cluster ramp32`` (the paper cluster) the agent is a shipped checkpoint (``paper_beta<beta>``,
-max degree 16). On a bigger cluster, whose offered degrees go beyond 16 (``ramp512``: 1..64), no
-trained checkpoint exists yet, so the agent is an *untrained* ``ActorCritic`` with the shipped
-feature sizes behind ``Encoder(max_degree=<cluster's max>)``: its cost is features + forward, not
-the weights (its decisions, hence the occupancies it meets, are not a trained agent's).
-
-Episodes run inside :func:`simulator.run.frozen_heap`, as ``pacml-sim`` runs them (``--no-freeze``:
-without; then a full garbage collection inside a decision takes it 0.3-0.5 s on 512 servers).
-
-``--busy`` starts ``python -c "while True: pass"`` pinned to the other core for the duration and
-pins this process to core 0 (the issue's condition: another process keeps one core busy). Wall
-times depend on everything else the host runs, so the 1-minute load average before and after is
-reported, and each decision's CPU time (``cpu_*``: this thread's ``time.thread_time``), which
-does not.
+Times every ``decide(job, state)`` of the per-beta agent (``policy=pacml_beta``), or of the
+adaptive agent with ``--pacml [OVERRIDE ...]``, over whole episodes, each with a fresh simulation
+and policy (cold caches; numba kernels warmed once), inside :func:`simulator.run.frozen_heap` as
+``pacml sim`` runs (``--no-freeze``: without). The breakdown wraps the placer, step model and
+encoder: ``placement``, ``lookahead``, ``free_blocks``, ``features``, ``forward`` and ``gc``.
+Above the paper cluster's degree 16 the agent is an untrained ``ActorCritic`` of the shipped
+sizes (its cost, not its decisions). ``--busy`` keeps the other core busy and pins this process
+to core 0; the load average and each decision's CPU time (``cpu_*``) are reported with the wall
+times. Details: docs/experiments.md ("Decision latency benchmark").
 
 Usage:
     python benchmarks/adaptive/bench_decision.py [--cluster ramp32|ramp512] [--beta C] [--interarrival S]

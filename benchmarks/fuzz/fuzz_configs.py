@@ -1,28 +1,12 @@
 """Fuzz the console commands with generated command lines (good and bad overrides).
 
-A seeded grammar builds each command line from *atoms*: one or a few overrides (or arguments)
-labelled good or bad. A bad atom is clearly invalid (a wrong type, an out-of-range value, an
-unknown key, a typo, a null, a list, a bad group choice, an enormous episode, unparsable syntax)
-and names the keys or words an error about it must mention. Atoms that touch the same config
-keys are never combined, so a command line is bad exactly when one of its atoms is.
-
-Each command line runs in-process through the command's own entry checks (for the Hydra
-commands: :func:`simulator.cli.preflight`, then, for ``pacml-sim``, building the simulation and
-the policy: everything before the episode runs; for ``pacml-distill``, building the simulation;
-``pacml-train`` runs whole, a few seconds of training (:data:`TRAIN_BASE`); ``pacml-place`` runs whole, without its chart), catching ``SystemExit``; a sample also runs through the installed
-console scripts (the Hydra ones with ``--cfg job``, which validates and prints the config
-without running). Rules checked on every line:
-
-- no traceback (an exception escaping, or ``Traceback`` on stderr);
-- a bad line is rejected (exit status 2) and a good one accepted (exit status 0);
-- a rejection is exactly one line on stderr, ``prog: error: ...``, naming a key (or file,
-  option) of a bad atom;
-- an accepted ``pacml-train`` run claims nothing it has not shown (:func:`misleading_train_claims`:
-  its summary's comparison with the warm start, ``val=inf`` or a step total it never reached on
-  its progress bar);
-- an accepted ``pacml-place`` run claims nothing it has not shown (:func:`misleading_place_claims`:
-  an optimum other than the DP's proven pipeline split, a solver's ``Optimal`` with a gap, a
-  search ending worse than one device).
+A seeded grammar builds each line from *atoms*, one or a few overrides labelled good or bad (a
+bad atom names the keys an error about it must mention; atoms touching the same keys are never
+combined). Each line runs in-process through the command's entry checks (``pacml-train`` and
+``pacml-place`` run whole, briefly); a sample also runs through the installed console scripts.
+Rules checked on every line: no traceback; bad lines exit 2 and good ones 0; a rejection is one
+stderr line ``prog: error: ...`` naming a key of a bad atom; an accepted train or place run claims
+nothing it has not shown (:func:`misleading_train_claims`, :func:`misleading_place_claims`).
 
 Usage: python benchmarks/fuzz/fuzz_configs.py [--per-command 300] [--console-sample 12] [--seed 0]
 Exit status 0 when every rule holds, 1 otherwise.

@@ -1,24 +1,13 @@
-"""Fuzz the graph loaders: mutated PipeDream, pacml JSON and dnn-partitioning JSON graph files, loaded
-in-process and via the CLI.
+"""Fuzz the graph loaders: mutated PipeDream, pacml JSON and dnn-partitioning files, loaded in-process
+and via the CLI.
 
-Each file is a shipped graph (or its pacml JSON form, or a shipped dnn-partitioning file) with one
-mutation; the format is recognised from the content (dnn-partitioning mutants are named ``.dat``).
-Version-2 pacml JSON mutants start from the version-2 form of shipped graphs. Some mutations make a
-file invalid by construction (binary junk, a list where a number belongs, 10**400, a cycle, a
-self-loop, ``1,5``, an unclosed ``[1; 2``, ``"version": true`` ...), some keep it valid by
-construction (drop an edge, CRLF line ends, another label), and some may go either way (random
-byte flips, truncation). The oracle:
-
-* no exception but :class:`WorkloadError` (a *traceback*);
-* no invalid-by-construction file accepted, no valid-by-construction file rejected;
-* every error is one line that starts with the file name and names a line (``file:N:``) or a
-  field (``field 'key'``).
-
-A sample then goes through the console commands (``pacml graph validate FILE`` and a few
-``pacml sim workload.graphs=FILE``): exit status 2 and exactly one ``prog: error: FILE...`` line on
-stderr for a rejected file, 0 for an accepted one.
-
-The generators are shared with ``tests/workloads/test_graph_fuzz.py`` (a small hypothesis sample).
+Each file is a shipped graph (or one of its forms) with one mutation that makes it invalid by
+construction, keeps it valid by construction, or may go either way. The oracle: no exception but
+:class:`WorkloadError`; no invalid file accepted and no valid one rejected; every error one line
+starting with the file name and naming a line or a field; and, for a sample through ``pacml
+graph validate`` / ``pacml sim``, exit status 2 with one ``prog: error: FILE...`` line, or 0. The
+generators are shared with the tests' hypothesis sample. Details: docs/development.md ("Graph
+fuzzing").
 
 Usage: python benchmarks/fuzz/fuzz_graphs.py [--per-format 2000] [--cli-sample 50] [--sim-sample 6]
        [--seed 0] [--formats pipedream,json,dnn,json2]

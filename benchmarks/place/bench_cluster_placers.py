@@ -1,37 +1,19 @@
 """Op placers inside the cluster simulator: blocking rate and decision latency per op placer.
 
-Physical scenario (block job placement), ``cluster=ramp32_hetero`` by default, one degree policy
-for every op placer (``min_feasible_4`` by default: the best simple rule of the physical
-scenario on betas A-C, BENCHMARKS.md §5), betas A-D, seeds 100-109 (never used in training).
-Every op placer runs on the same job streams (same seeds), so differences are paired: for each
-(beta, seed) the blocking rate of a placer minus first fit's, then the mean and its standard
-error over seeds. Decision latency is the wall time from a job's arrival being handed to the
-policy to its decision being applied (degree choice, which asks the feasibility table for
-placements and lookaheads, plus placement): p50 and p99 over every decision of every episode.
-Each op placer's caches (placements, lookaheads) are shared across its episodes, as in a long
-run; the cold first placements are inside the percentiles.
+Physical scenario, ``cluster=ramp32_hetero``, one degree policy (``min_feasible_4``) for every op
+placer, betas A-D, seeds 100-109; every placer sees the same job streams, so blocking differences
+against the first placer of ``--placers`` are paired by seed (mean +- standard error). Decision
+latency (arrival handed to the policy to decision applied) as p50 / p99 over every decision, with
+each placer's caches shared across its episodes. ``--set KEY=VALUE`` passes an override to every
+episode; ``--jct-check`` instead prices each placer's placements with the step model, relative to
+the first placer's.
 
 Usage::
 
     python benchmarks/place/bench_cluster_placers.py --placers first_fit,heft,m_etf,m_sct,metis \\
         --betas A,B,C,D --seeds 100-109 --json benchmarks/results/place/results_cluster_placers.json
-
-The model-parallel scenario (no op split, every op movable: ``scenario=model_parallel``), where
-the op placer decides which server of the block runs each op, on every shipped PipeDream graph::
-
     python benchmarks/place/bench_cluster_placers.py --scenario model_parallel --policy min_feasible \\
         --set workload.graphs=all --json benchmarks/results/place/results_cluster_placers_mp_all.json
-
-``--set KEY=VALUE`` passes any further override to every episode.
-
-``--placers`` takes any ``sim.op_placer`` value (``learned`` once ``conf/method/learned.yaml``
-exists); the first one is the reference of the paired differences.
-
-``--jct-check`` instead prices, for every graph of the workload, every degree and a few
-occupancies (empty, then random ones), each placer's placement with the simulator's step model
-and prints its step time relative to the first placer's, plus the share of compute and
-activation bytes in the ops an op placer may move (unsplit and narrower ops): why placers can
-hardly change blocking here.
 """
 
 from __future__ import annotations

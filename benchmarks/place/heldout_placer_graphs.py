@@ -1,25 +1,13 @@
-"""Held-out graphs for the learned op placers (issue 43, item 3): new torch.fx exports and their
-dnn-partitioning forms, none of which any placer trained, validated or was developed on.
+"""Held-out graphs for the learned op placers: new torch.fx exports and their dnn-partitioning forms,
+none of which any placer trained, validated or was developed on.
 
-Four model classes written for this check only (not in ``pacml.placer.fx.corpus_models``, whose models make
-the pre-training corpus): a U-Net (encoder-decoder with skip joins), a wide Inception-style net
-(six branches per cell), a parallel-block transformer (attention and MLP side by side, GPT-J style,
-pre-norm, depth and width unlike the corpus transformers) and a mixture-of-experts MLP (a router and
-three expert branches per layer). Branching is bounded (2 heads, 3 experts) so that the dynamic
-programme of ``method=dp`` stays exact on every dnn-partitioning form (4 heads or 6 experts pass
-200,000 ideals; screened with the DP alone, before any placer ran on them). Each is traced by the project's fx import
-(:func:`pacml.placer.fx.importer.graph_from_module`, ``costs="estimate"``: the A100 fp32 roofline of the
-corpus) and turned into its training step by ``ComputeGraph.from_training_graph``.
-
-Two forms are written under ``benchmarks/data/placer_heldout/`` (byte-identical on every run):
-
-* ``fx/<name>.json``: the pacml JSON v2 training step (step objective; presets of ``conf/devices``);
-* ``dnn/<name>_<form>_<links>.json``: the same graph in the dnn-partitioning format of Tarnawski et
-  al. (read back by the project's own loader, ``workloads.dnn_partitioning``), training step
-  (``train``) and forward pass (``inf``), in the format's two link regimes: ``fast`` (edge cost =
-  bytes / 2^31 B per ms, the files' LayerGraphs) with 6 accelerators, and ``slow`` (bytes / 2^31 B
-  per s, the files' OperatorGraphs) with 3 accelerators, 1 CPU at 10x the accelerator's time (the
-  LayerGraphs' median ratio), 16 GiB per accelerator (the files' value).
+Four model classes written for this check only (a U-Net, a wide Inception-style net, a
+parallel-block transformer, a mixture-of-experts MLP; branching bounded so ``method=dp`` stays
+exact), traced by :func:`pacml.placer.fx.importer.graph_from_module` (``costs="estimate"``) and
+written, byte-identical on every run, under ``benchmarks/data/placer_heldout/`` as
+``fx/<name>.json`` (pacml JSON v2 training step) and ``dnn/<name>_<form>_<links>.json``
+(dnn-partitioning format; ``train`` / ``inf``; ``fast`` / ``slow`` links). The models and link
+regimes in detail: docs/experiments.md ("Held-out graphs for the learned placer").
 
 Usage: python benchmarks/place/heldout_placer_graphs.py   (writes the files; needs torch, ~10 s)
 """
