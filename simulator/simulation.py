@@ -1,28 +1,15 @@
 """The SimPy simulation: jobs arrive, a policy decides, servers are held for the JCT and released.
 
-Time advances only through SimPy events. An arrival process walks the job stream; at each
-arrival it raises a *decision point* and waits. Whoever drives the simulation (``run`` with a
-policy, or the Gymnasium environment) calls :meth:`Simulation.next_job`, decides, and calls
-:meth:`Simulation.apply`; an accepted job then holds its servers for exactly its JCT (jobs never
-share servers, so they never slow each other down).
-
-End of horizon (spec §8.2), ``horizon_accounting``:
-
-* ``drain`` (default): every job arriving at ``t <= horizon`` is decided; accepted jobs run to
-  completion after the horizon, so every job ends completed or blocked. Time-averaged metrics
-  (throughput, utilisation) are measured over ``[0, horizon]``.
-* ``paper``: the original's rule: the run stops at the horizon; jobs still running are counted
-  as *blocked* (reason ``running_at_horizon``), and a job arriving exactly at the horizon is
-  arrived but unresolved (1001 arrivals, 1000 decisions in the paper setup).
-
-Either way every job gets exactly one outcome (:data:`simulator.records.Outcome`): a job blocked
-for running at the horizon is not also accepted, so arrived = accepted + blocked + unresolved.
-
-Records: each job's record goes, once final, to a :class:`~simulator.records.RecordSink`
-(default :class:`~simulator.records.MemorySink`: ``records`` as always;
-:class:`~simulator.records.CsvStreamSink`: ``jobs.csv`` as the run goes, no records kept) and
-into running totals that give the summary. What the simulation itself keeps grows with the jobs
-running, not with the episode.
+Time advances only through SimPy events. At each arrival the arrival process raises a *decision
+point* and waits; the driver (``run`` with a policy, or the Gymnasium environment) calls
+:meth:`Simulation.next_job`, decides and calls :meth:`Simulation.apply`; an accepted job holds its
+servers for exactly its JCT (jobs never share servers). ``horizon_accounting`` (spec §8.2):
+``drain`` decides every arrival up to the horizon and runs accepted jobs to completion (time
+averages over ``[0, horizon]``); ``paper`` stops at the horizon and counts jobs still running as
+blocked (``running_at_horizon``). Every job gets exactly one outcome
+(:data:`simulator.records.Outcome`): arrived = accepted + blocked + unresolved. Final records go to
+a :class:`~simulator.records.RecordSink` (``MemorySink`` or ``CsvStreamSink``) and to the running
+totals of the summary, so memory grows with the jobs running, not with the episode.
 """
 
 from __future__ import annotations

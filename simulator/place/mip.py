@@ -1,28 +1,13 @@
 """An exact MIP of the ``pipeline`` (max-load) objective, solved by HiGHS with a time limit.
 
-Model (times in milliseconds inside the solver, for its absolute tolerances):
-
-* ``x[g, d]`` binary: group ``g`` (an op and its mirror; a colour class) on device ``d``; one
-  device per group; ``x`` fixed to 0 where a node of ``g`` cannot run on ``d`` or ``g`` alone
-  overflows ``d``; ``sum_g memory[g] x[g, d] <= capacity[d]``.
-* Communication, per sending node ``u`` with transfer time ``c(u)`` and successor groups ``S(u)``
-  (other than its own): ``y[u, d] >= x[g(u), d] - x[s, d]`` (``d`` sends: ``u`` is on ``d`` and a
-  successor is not) and ``y[u, d] >= x[s, d] - x[g(u), d]`` (``d`` receives ``u`` once: ``u`` is
-  elsewhere and a successor is on ``d``), for every ``s`` in ``S(u)``. A CPU pays no
-  communication, so it has no ``y``. Nodes of one group with the same successor groups share a
-  ``y`` (their costs summed).
-* ``load[d] = sum_g time[g, d] x[g, d] + sum_u c(u) y[u, d] <= T``; minimise ``T``.
-* ``T >= `` :func:`pigeonhole_bound` (groups too slow for the CPU, counted whole onto the
-  accelerators): the LP balances fractions of near-equal layers and misses it.
-* Symmetry: among interchangeable devices (same kind, speed and memory) ``d_0, d_1, ..``, device
-  ``d_k`` may hold group ``g`` only if ``d_{k-1}`` holds a group of lower index, so the devices are
-  ordered by their lowest group and the bound does not have to close ``k!`` mirror images.
-
-The placements are not restricted to contiguous splits, so the MIP may beat the contiguous DP.
-When the objective prices an edge by its link (not one time per sending node), ``c(u)`` is the
-smallest such time: the model is then a relaxation, its bound still a valid lower bound, and the
-reported value and gap are those of the objective itself. ``info`` holds the value, the best
-bound, the proven gap ``(value - bound) / value``, the solver status and its time.
+Binary ``x[g, d]`` puts group ``g`` on device ``d`` (memory capacities respected), ``y[u, d]``
+charges node ``u``'s transfer time to a device that sends or receives it (a CPU pays none), and
+``load[d] = sum_g time[g, d] x[g, d] + sum_u c(u) y[u, d] <= T``; minimise ``T``, with
+:func:`pigeonhole_bound` as a cut and symmetry breaking among interchangeable devices. Times are
+milliseconds inside the solver. Placements need not be contiguous (it may beat the DP); when an
+edge's time depends on its link the model is a relaxation (its bound stays valid, value and gap
+are the objective's). ``info`` holds the value, bound, gap ``(value - bound) / value``, status
+and time. The model in full: docs/op-placement.md ("The MIP model").
 """
 
 from __future__ import annotations

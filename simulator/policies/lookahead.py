@@ -2,27 +2,13 @@
 
 For each arriving job, :class:`RolloutLookahead` evaluates every feasible action (each degree,
 and reject) by simulating the next ``window_jobs`` arrivals under a fast base rule (the
-``min_feasible`` family), on ``num_futures`` sampled futures shared by all actions (common
-random numbers, so the comparison is paired). It takes the action with the fewest expected
-blocked jobs, but leaves the default action (a wrapped policy, e.g. the PAC-ML agent, or the
-base rule) only when another one is better by more than ``margin_jobs``: with a handful of
-noisy futures, an argmin over several actions otherwise picks deviations that only look good
-(selection bias). This is one step of policy improvement (Bertsekas's rollout algorithm) on
-top of any policy.
-
-Futures come from one of two models of the job stream (``futures``):
-
-* ``workload`` (default): the run's own job distribution (the simulation hands its workload to
-  the planner through :meth:`RolloutLookahead.bind`), sampled on streams independent of the
-  episode's; the same assumption as training an agent on that distribution.
-* ``observed``: bootstrap-resampled from the jobs *seen so far in this episode* (graph, beta and
-  gap to the previous arrival), for a scheduler that knows only the jobs it has been sent; until
-  ``min_history`` jobs have been seen it takes the default action.
-
-The rollout model is exact with respect to the simulator for the base rule: the same
-feasibility function (placement + lookahead, cached), releases at the running jobs' known end
-times, and the run's end-of-horizon accounting (with ``paper`` accounting, jobs still running
-at the horizon count as blocked).
+``min_feasible`` family) on ``num_futures`` futures shared by all actions (common random
+numbers). It leaves the default action (a wrapped policy, or the base rule) only for one that
+blocks more than ``margin_jobs`` fewer jobs in expectation (against selection bias): one step of
+Bertsekas's rollout algorithm. Futures come from the run's own workload (``futures=workload``,
+on independent streams) or are bootstrap-resampled from the jobs seen so far (``observed``; the
+default action until ``min_history`` jobs). For the base rule the rollout is exact with respect
+to the simulator (same feasibility, release times and end-of-horizon accounting).
 """
 
 from __future__ import annotations
