@@ -5,9 +5,8 @@ may import. Nothing here is imported by :mod:`simulator` or :mod:`workloads`.
 
 - ``pacml.agent``: the per-beta PAC-ML agent (``policy=pacml_beta``, ``pacml train``): Gymnasium
   environment, observation features, rewards, PyG actor-critic, PPO, ``PacMLBetaPolicy``.
-- ``pacml.adaptive`` / ``pacml.adaptive_train`` / ``pacml.conditions``: the adaptive agent
-  (``policy=pacml``, ``pacml train-adaptive``), one agent across cluster conditions, with its
-  condition description as a leaf module (to become a subpackage).
+- ``pacml.adaptive``: the adaptive agent (``policy=pacml``, ``pacml train-adaptive``), one agent
+  across cluster conditions: its conditions (a leaf module), rule selector, policy and trainer.
 - ``pacml.critic`` / ``pacml.distill``: the per-beta condition critics and planner distillation
   (``pacml distill``) (to become a subpackage).
 - ``pacml.placer``: the learned op placer (GDP / HSDAG style, ``method=learned``,

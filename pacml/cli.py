@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "graph": ("workloads.graph_cli", "main", "validate, convert or describe computation graph files"),
     "train": ("pacml.agent.train", "main", "train a per-beta PAC-ML agent with PPO"),
     "train-placer": ("pacml.placer.cli", "main", "pre-train the learned op placer"),
-    "train-adaptive": ("pacml.adaptive_train", "main", "train the adaptive agent (teacher search, selector fit)"),
+    "train-adaptive": ("pacml.adaptive.train", "main", "train the adaptive agent (teacher search, selector fit)"),
     "distill": ("pacml.distill", "main", "distil the rollout planner into a deviation critic for a per-beta agent"),
 }
 

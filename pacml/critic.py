@@ -257,7 +257,7 @@ def _condition_critic(file: str, name: str) -> tuple[DeviationCritic, Any, float
     model and the encoder, whose only cache is per graph, are only read)."""
     from omegaconf import OmegaConf
 
-    from pacml.adaptive import ConditionTracker
+    from pacml.adaptive.selector import ConditionTracker
     from simulator.build import build_topology, build_workload
 
     critic, meta = load_critic(file)
@@ -288,7 +288,7 @@ class ConditionCritic:
 
     A critic distilled around a per-beta agent (``pacml distill``) learned the paper's D at its
     load; elsewhere its advice costs jobs. So it applies only where the
-    condition the agent observes (:class:`pacml.adaptive.ConditionTracker`, a whole window) lies
+    condition the agent observes (:class:`pacml.adaptive.selector.ConditionTracker`, a whole window) lies
     within ``radius`` of the windows of its training condition (read from its
     ``distill_config.yaml``), in units of each feature's spread over the selector's training
     conditions, on the same cluster, with the same end-of-horizon accounting and job time scale.

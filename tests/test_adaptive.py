@@ -1,4 +1,4 @@
-"""The adaptive agent (pacml/adaptive.py): rules, condition features, the selector, training."""
+"""The adaptive agent (pacml/adaptive/): rules, condition features, the selector, training."""
 
 from __future__ import annotations
 
@@ -13,29 +13,28 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pacml.adaptive import (
+from pacml.adaptive.conditions import sample_condition
+from pacml.adaptive.policy import AdaptivePolicy, ShadowCluster
+from pacml.adaptive.selector import (
     CONDITION_FEATURES,
     RULE_FEATURES,
-    AdaptivePolicy,
     ConditionTracker,
     NeighbourTable,
     Rule,
     SelectorWeights,
-    ShadowCluster,
     load_adaptive,
     rule_candidates,
     rule_features,
-    sample_condition,
     save_adaptive,
-    teacher_search,
-    teacher_search_full,
 )
-from pacml.adaptive_train import (
+from pacml.adaptive.train import (
     AdaptiveTrainConfig,
     baseline_regrets,
     fit,
     neighbour_table,
     selector_regret,
+    teacher_search,
+    teacher_search_full,
     train,
 )
 from pacml.agent.env import compose_sim_config
@@ -480,8 +479,8 @@ def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_ol
 
 
 def test_size_spread_resizes_some_broad_mixes_and_leaves_every_other_draw_alone() -> None:
-    from pacml.adaptive import SIZE_SCALE_RANGE
-    from pacml.adaptive_train import AdaptiveTrainConfig, condition_overrides
+    from pacml.adaptive.conditions import SIZE_SCALE_RANGE
+    from pacml.adaptive.train import AdaptiveTrainConfig, condition_overrides
 
     resized = 0
     for i in range(300):
@@ -536,7 +535,7 @@ def test_teacher_search_matches_the_heuristic_runs(block_search) -> None:
 
 
 def test_oracle_rule_is_the_teacher_searchs_best_rule() -> None:
-    from pacml.adaptive import oracle_rule
+    from pacml.adaptive.train import oracle_rule
 
     over = [*SHORT, "horizon_s=30000"]
     for block_search in (0, 64):
@@ -578,7 +577,7 @@ def test_an_agent_run_with_another_placement_than_its_labels_says_so(tmp_path, c
     weights = SelectorWeights([(np.zeros((2, CONDITION_FEATURES + RULE_FEATURES)), np.zeros(2)),
                                (np.zeros((1, 2)), np.zeros(1))])
     save_adaptive(tmp_path / "blocks.npz", weights, {"train_config": {"block_search": 64}})
-    with caplog.at_level(logging.WARNING, logger="pacml.adaptive"):
+    with caplog.at_level(logging.WARNING, logger="pacml.adaptive.policy"):
         _agent(tmp_path / "blocks.npz", block_search=64)
         assert not caplog.records
         _agent(tmp_path / "blocks.npz", block_search=0)
@@ -752,8 +751,8 @@ def test_train_end_to_end_and_resume(tmp_path) -> None:
 def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> None:
     from omegaconf import OmegaConf
 
-    from pacml.adaptive import load_adaptive
-    from pacml.adaptive_train import train_from_config
+    from pacml.adaptive.selector import load_adaptive
+    from pacml.adaptive.train import train_from_config
 
     source, refit = tmp_path / "source", tmp_path / "refit"
     base = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")
@@ -822,7 +821,7 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
     (source / "train_config.yaml").write_text("adaptive: {}\n")
     (source / "conditions" / "0000.npz").write_bytes(b"")
     args = override.replace("SOURCE", str(source)).split()
-    proc = subprocess.run([sys.executable, "-c", "from pacml.adaptive_train import main; main()", *args,
+    proc = subprocess.run([sys.executable, "-c", "from pacml.adaptive.train import main; main()", *args,
                            f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"pacml-train-adaptive: error: {message}") and proc.stderr.count("\n") == 1

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pacml.adaptive.conditions import EVAL_SEEDS, GRID, VALIDATION_SEEDS_RANGE
 from pacml.agent.env import TRAIN_SEED_LOW
-from pacml.conditions import EVAL_SEEDS, GRID, VALIDATION_SEEDS_RANGE
 
 ROOT = Path(__file__).resolve().parents[1]
 

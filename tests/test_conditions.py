@@ -1,4 +1,4 @@
-"""The condition grid (pacml/conditions.py) and its benchmark (benchmarks/adaptive/bench_conditions.py)."""
+"""The condition grid (pacml/adaptive/conditions.py) and its benchmark (benchmarks/adaptive/bench_conditions.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
-from pacml.conditions import (
+from pacml.adaptive.conditions import (
     EVAL_SEEDS,
     GRID,
     Condition,
@@ -23,6 +22,7 @@ from pacml.conditions import (
     summarise_condition,
     validation_seeds,
 )
+from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
 from simulator.build import build_feasibility, build_policy, build_topology, build_workload
 from simulator.policies.heuristics import MinFeasible, ParaMax
 

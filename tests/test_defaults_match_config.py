@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from pacml.adaptive import AdaptivePolicy
-from pacml.adaptive_train import AdaptiveTrainConfig
+from pacml.adaptive.policy import AdaptivePolicy
+from pacml.adaptive.train import AdaptiveTrainConfig
 from pacml.agent.ppo_config import PPOConfig
 from pacml.distill import DistillConfig
 from pacml.placer.settings import NetConfig, PPOSettings

@@ -16,12 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pacml", "simulator", "workloads", "analysis")
 
-#: Modules of cycles that exist today and are being removed by the pacml restructure (issue 44,
-#: helpers B and after). A cycle is tolerated only if all its modules are listed here; any other
-#: cycle fails the test. Remove names as the cycle goes; empty the set when it is gone.
-KNOWN_CYCLES = frozenset({
-    "pacml.adaptive", "pacml.adaptive_critic", "pacml.adaptive_train", "pacml.critic",
-})
+#: Modules of cycles tolerated for now: none (the pacml restructure of issue 44 removed the last one).
+#: A cycle is tolerated only if all its modules are listed here; any other cycle fails the test.
+KNOWN_CYCLES: frozenset[str] = frozenset()
 
 
 def project_modules() -> dict[str, Path]:

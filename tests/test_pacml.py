@@ -492,6 +492,13 @@ def test_old_target_paths_still_build_their_classes() -> None:
             assert isinstance(instantiate_checked(reward, "reward"), JobAcceptance)
     for old_path, new_path in OLD_TARGETS.items():
         assert import_target(old_path, "x") is import_target(new_path, "x")
+    # An old run of policy=pacml names the adaptive agent by its module path before pacml/adaptive/.
+    from pacml.adaptive.policy import AdaptivePolicy
+
+    adaptive = compose_sim_config(["policy=pacml", "beta=C"])
+    adaptive.policy._target_ = "pacml.adaptive.AdaptivePolicy"
+    check_buildable(adaptive)
+    assert type(build_policy(adaptive)) is AdaptivePolicy
 
 @pytest.mark.parametrize(("config", "overrides", "name", "field"), [
     ("pacml_beta", ["beta=uniform"], "paper_betaunnamed", "checkpoint"),
@@ -530,7 +537,7 @@ def test_a_per_beta_agent_without_a_checkpoint_for_the_condition_is_refused(
 def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_its_checkpoints() -> None:
     """``policy=pacml`` is one agent for every beta (the adaptive one); a per-beta checkpoint given to
     it, or an adaptive one given to ``policy=pacml_beta``, is one line naming the config that runs it."""
-    from pacml.adaptive import AdaptivePolicy
+    from pacml.adaptive.policy import AdaptivePolicy
     from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy
     from simulator.errors import ConfigError
@@ -668,7 +675,7 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     ("pacml.agent.train", ["nokey=1"]),
     ("pacml.agent.train", ["policy.block_search=-1"]),  # pacml-sim's: training would ignore it
     ("pacml.distill", ["distill.episodes=0"]),
-    ("pacml.adaptive_train", ["nokey=1"]),
+    ("pacml.adaptive.train", ["nokey=1"]),
     ("pacml.placer.cli", ["net.hidden=0"]),
 ])
 def test_a_config_error_is_reported_before_torch_is_imported(command: str, args: list[str]) -> None:
@@ -711,7 +718,7 @@ def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
 
 # ---------------------------------------------------------------- PPO over random conditions
 def test_cluster_conditions_stay_on_the_run_cluster() -> None:
-    from pacml.adaptive import ClusterConditions
+    from pacml.adaptive.conditions import ClusterConditions
     from simulator.errors import ConfigError
 
     cluster = compose_sim_config(SHORT).cluster
@@ -728,7 +735,7 @@ def test_cluster_conditions_stay_on_the_run_cluster() -> None:
 
 
 def test_env_draws_each_episode_condition_and_replays_it(short_config) -> None:
-    from pacml.adaptive import ClusterConditions
+    from pacml.adaptive.conditions import ClusterConditions
 
     sampler = ClusterConditions(short_config.cluster, jobs_per_episode=25)
 
@@ -820,7 +827,7 @@ def test_compose_condition_is_hydras_composition() -> None:
     scenario families, resized graphs, fixed targets), and leaves the cache untouched."""
     from omegaconf import OmegaConf
 
-    from pacml.adaptive import sample_condition
+    from pacml.adaptive.conditions import sample_condition
     from pacml.agent.env import compose_condition
 
     for i in range(16):
@@ -857,7 +864,7 @@ def _damaged(kind: str, good: Path, dest: Path) -> Path:
 
 
 def _loaders():
-    from pacml.adaptive import AdaptivePolicy
+    from pacml.adaptive.policy import AdaptivePolicy
     from pacml.critic import load_critic
     from pacml.placer.checkpoint import load_placer
     from pacml.shipped import SHIPPED_DIR

@@ -1,6 +1,6 @@
 """Condition grid: agents against para_max, min_feasible and the oracle rule on every grid condition.
 
-Runs every (condition, policy, seed) episode of ``pacml.conditions.GRID`` x ``EVAL_SEEDS`` for the
+Runs every (condition, policy, seed) episode of ``pacml.adaptive.conditions.GRID`` x ``EVAL_SEEDS`` for the
 candidate rules (``rule_candidates``: para_max and min_feasible(k) for every k the cluster offers)
 and each ``--agent``, keeps the blocking rates in a cache inside the results file (written
 atomically after every episode, keyed on the overrides themselves), so an interrupted or repeated
@@ -40,8 +40,7 @@ from typing import Any
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from pacml.agent.env import compose_sim_config
-from pacml.conditions import (
+from pacml.adaptive.conditions import (
     EVAL_SEEDS,
     GRID,
     RULE_PREFIXES,
@@ -52,6 +51,7 @@ from pacml.conditions import (
     rule_candidates,
     summarise_condition,
 )
+from pacml.agent.env import compose_sim_config
 from simulator.build import (
     build_feasibility,
     build_policy,

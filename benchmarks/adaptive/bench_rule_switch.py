@@ -3,7 +3,7 @@
 Blocking is path dependent: the cluster state one rule leaves (which servers are busy, and for
 how long) is not the state the other rule would have built, and the adaptive agent's selector can
 switch between near-tied rules as its estimate of the condition moves. This runs, on a grid
-condition (``pacml/conditions.py``) and validation seeds, rule A alone, rule B alone, and A then
+condition (``pacml/adaptive/conditions.py``) and validation seeds, rule A alone, rule B alone, and A then
 B switched after each of several job counts, and prints the mean blocking and its standard error
 over the seeds, and the switched runs' paired difference from the better rule alone.
 
@@ -27,9 +27,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pacml.adaptive import Rule, rule_candidates  # noqa: E402
+from pacml.adaptive.conditions import GRID, get_condition, validation_seeds  # noqa: E402
+from pacml.adaptive.selector import Rule, rule_candidates  # noqa: E402
 from pacml.agent.env import compose_sim_config  # noqa: E402
-from pacml.conditions import GRID, get_condition, validation_seeds  # noqa: E402
 from simulator.build import build_simulation, build_topology  # noqa: E402
 from simulator.policy import Decision  # noqa: E402
 from workloads.io import atomic_write_json  # noqa: E402

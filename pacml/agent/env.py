@@ -109,7 +109,7 @@ class ClusterEnv(gym.Env[dict, int]):
             a degree and the job is placed inside it (``pacml.agent.features.placement_candidates``).
         condition_sampler: Draws each training episode's condition (Hydra overrides of the
             simulator config, on this env's cluster) from the env's RNG, e.g.
-            :class:`pacml.adaptive.ClusterConditions`. ``None``: every episode runs ``sim_config``.
+            :class:`pacml.adaptive.conditions.ClusterConditions`. ``None``: every episode runs ``sim_config``.
             An episode reset with ``options={"sim_seed": s}`` (evaluation) runs ``sim_config``
             unless ``options["condition"]`` names one.
     """

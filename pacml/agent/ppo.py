@@ -39,6 +39,7 @@ from torch.distributions import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from pacml.adaptive.conditions import TRAIN_GRAPHS, ClusterConditions
 from pacml.agent.env import ClusterEnv, compose_condition
 from pacml.agent.model import ActorCritic, graph_data
 from pacml.agent.policy import PacMLBetaPolicy, save_policy
@@ -141,8 +142,6 @@ class Trainer:
         #: Validation conditions (overrides; ``[None]``: the run's own config).
         self.val_conditions: list[list[str] | None] = [None]
         if ppo.random_conditions:
-            from pacml.adaptive import ClusterConditions
-
             sampler = ClusterConditions(sim_config.cluster, ppo.condition_jobs,
                                         scenario=str(sim_config.get("scenario_family", "paper")))
             if isinstance(ppo.val_conditions, bool) or not (isinstance(ppo.val_conditions, int)
@@ -584,8 +583,6 @@ class Trainer:
             graph_ids, graph_list = {}, []
             by_key = {g.fingerprint: g for g in self.envs[0].workload.training_graphs}
             if self._condition_scenario is not None:  # episodes drew mixes of every training graph
-                from pacml.adaptive import TRAIN_GRAPHS
-
                 every = build_workload(compose_condition([f"scenario={self._condition_scenario}",
                                                           f"workload.graphs=[{','.join(TRAIN_GRAPHS)}]"]))
                 by_key |= {g.fingerprint: g for g in every.training_graphs}

@@ -77,7 +77,7 @@ class PPOConfig:
     """Simulation seeds of the validation episodes (greedy policy); best = lowest blocking."""
     random_conditions: bool = False
     """Each training episode draws its condition on the run's cluster from the adaptive agent's
-    training distribution (:class:`pacml.adaptive.ClusterConditions`: load, arrivals, targets, graph
+    training distribution (:class:`pacml.adaptive.conditions.ClusterConditions`: load, arrivals, targets, graph
     mix); validation runs ``eval_seeds`` on each of ``val_conditions`` such draws. False: every
     episode is the run's own config."""
     condition_jobs: int = 500

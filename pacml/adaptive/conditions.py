@@ -20,9 +20,11 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from simulator.errors import ConfigError
 from simulator.topology import RampTopology
 
 #: Ten evaluation seeds used nowhere else (training: >= 1e6, validation: 500000+, reports: 0-2).
@@ -198,3 +200,147 @@ def summarise_condition(rules: Mapping[str, Sequence[float]],
                            "vs_para_max": paired_difference(values, rules["para_max"]),
                            "vs_min_feasible": paired_difference(values, rules["min_feasible"])}
     return {"rules": means, "oracle": {"rule": oracle, "mean": means[oracle]}, "compared": compared}
+
+
+# ---------------------------------------------------------------------------- training conditions
+#: Cluster shapes (groups, racks, servers per rack) and their largest degree, sampled in training:
+#: the paper's 32-server RAMP, 64, 128, 256 and 512 servers in several shapes.
+TRAIN_CLUSTERS: tuple[tuple[int, int, int, int], ...] = (
+    (4, 4, 2, 16), (4, 4, 4, 16), (2, 4, 4, 16), (4, 4, 8, 16), (8, 4, 4, 16), (4, 8, 8, 32),
+    (8, 8, 4, 32), (8, 8, 8, 64),
+)
+#: How often each cluster is drawn: the paper's RAMP most (its conditions differ most between
+#: rules), and the 64- and 512-server RAMPs of the presets more than the other shapes.
+TRAIN_CLUSTER_WEIGHTS = (0.35, 0.15, 0.05, 0.075, 0.05, 0.075, 0.05, 0.2)
+#: Target distributions drawn: the paper's four, then uniform and fixed targets.
+TRAIN_BETAS = ("A", "B", "C", "D", "uniform", "fixed")
+TRAIN_BETA_WEIGHTS = (0.2, 0.2, 0.2, 0.2, 0.1, 0.1)
+#: Graphs training conditions draw their mixes from: the paper's five plus NASNet. DenseNet-121,
+#: Inception-v3, ResNet-50 and ResNeXt-50 are kept out (the unseen-graph condition).
+TRAIN_GRAPHS = ("alexnet", "gnmt", "resnet18", "squeezenet1_0", "vgg16", "nasnetamobile")
+PAPER_INTERARRIVAL_S = 1000.0
+PAPER_SERVERS = 32
+
+
+#: Load factors (times the paper's load per server) of the dense "core" conditions: the paper's
+#: RAMP between 0.4x and 2.5x, where the best rule jumps (min_feasible(4-6) at 1x, para_max at 1.3x).
+CORE_FACTORS = (0.4, 2.5)
+
+
+#: Mean inter-arrival time of each scenario family at the paper's load, in its own units.
+SCENARIO_INTERARRIVAL_S = {"paper": PAPER_INTERARRIVAL_S, "physical": 1.0}
+
+
+#: Range of the factors that resize a training mix's graphs (``size_spread_frac``): log-uniform.
+SIZE_SCALE_RANGE = (0.4, 1.6)
+
+
+def cluster_overrides(shape: tuple[int, int, int, int]) -> list[str]:
+    """Hydra overrides of a RAMP cluster shape of :data:`TRAIN_CLUSTERS` (groups, racks, servers
+    per rack, largest degree), as :func:`sample_condition` writes them."""
+    c, r, s, top = shape
+    return [f"cluster.num_comm_groups={c}", f"cluster.num_racks_per_group={r}",
+            f"cluster.num_servers_per_rack={s}", f"cluster.max_degree={top}"]
+
+
+def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core_frac: float = 0.0,
+                     scenario: str = "paper", size_spread_frac: float = 0.0,
+                     spread_rng: np.random.Generator | None = None) -> list[str]:
+    """Hydra overrides of one random training condition of ``scenario``'s family (``paper``:
+    the original's units; ``physical``: milliseconds, block placement).
+
+    The episode has ``jobs_per_episode`` arrivals.
+
+    With probability ``core_frac`` the condition is a *core* one: the paper's RAMP, fixed (60 %)
+    or Poisson arrivals at 0.4x-2.5x the paper's load, the paper's five graphs in 70 % of them.
+    There the best rule changes sharply with the load, so the broad draw alone samples it too
+    thinly. ``core_frac=0`` draws exactly what it drew before the option existed.
+
+    With probability ``size_spread_frac`` (drawn from ``spread_rng``, so every other draw stays the
+    same) a condition that is not a core one resizes each graph of its mix by a factor drawn
+    log-uniformly from :data:`SIZE_SCALE_RANGE` (``workload.time_scales``). In the paper's units
+    the training graphs scale perfectly with the degree and never bind memory, so a job is its
+    sequential time and target, and the shipped graphs' sizes leave a gap: mixes of near-equal
+    sizes (spread 0.02-0.04 in log10) or with GNMT's short jobs (0.4). Between them the best rule
+    differs at the same load.
+    """
+    core = core_frac > 0 and rng.random() < core_frac
+    if core:
+        c, r, s, top = TRAIN_CLUSTERS[0]
+        factor = float(np.exp(rng.uniform(math.log(CORE_FACTORS[0]), math.log(CORE_FACTORS[1]))))
+    else:
+        c, r, s, top = TRAIN_CLUSTERS[int(rng.choice(len(TRAIN_CLUSTERS), p=TRAIN_CLUSTER_WEIGHTS))]
+        factor = float(np.exp(rng.uniform(math.log(0.25), math.log(4.0))))
+    servers = c * r * s
+    gap = SCENARIO_INTERARRIVAL_S[scenario] * PAPER_SERVERS / servers * factor
+    jobs = jobs_per_episode
+    beta = f"beta={TRAIN_BETAS[int(rng.choice(len(TRAIN_BETAS), p=TRAIN_BETA_WEIGHTS))]}"
+    over = [f"scenario={scenario}", beta, *cluster_overrides((c, r, s, top)),
+            f"arrivals={'poisson' if rng.random() < (0.4 if core else 0.5) else 'fixed'}",
+            f"mean_interarrival_s={gap:.6g}", f"horizon_s={gap * jobs:.6g}"]
+    if beta == "beta=fixed":
+        over.append(f"beta.value={float(rng.choice([0.2, 0.3, 0.4, 0.5, 0.7, 1.0]))}")
+    if rng.random() < (0.7 if core else 0.3):
+        graphs = list(TRAIN_GRAPHS[:5])
+    else:
+        size = int(rng.integers(2, len(TRAIN_GRAPHS) + 1))
+        graphs = sorted(rng.choice(TRAIN_GRAPHS, size=size, replace=False).tolist())
+    over.append(f"workload.graphs=[{','.join(graphs)}]")
+    if size_spread_frac > 0 and not core:
+        if spread_rng is None:
+            raise ValueError("size_spread_frac > 0 needs spread_rng")
+        if spread_rng.random() < size_spread_frac:
+            low, high = (math.log(x) for x in SIZE_SCALE_RANGE)
+            scales = np.exp(spread_rng.uniform(low, high, size=len(graphs)))
+            over.append(f"workload.time_scales=[{','.join(f'{x:.3f}' for x in scales)}]")
+    return over
+
+
+class ClusterConditions:
+    """Random training conditions of :func:`sample_condition` on one cluster shape: the condition
+    sampler of a PPO run over conditions (``pacml train ppo.random_conditions=true``, the issue's
+    "PPO from scratch" ablation). The draws of :func:`sample_condition` on other clusters are
+    rejected, so the conditions follow the adaptive agent's training distribution given the
+    cluster: loads 0.25x-4x, fixed and Poisson arrivals, beta A-D, uniform and fixed targets, and
+    mixes of the training graphs. Core conditions (0.4x-2.5x the paper's load) are drawn on the
+    paper's RAMP only, so there they are about three quarters of the draws (with
+    ``core_frac=0.5``), elsewhere none. A condition replaces the run's own settings except the
+    cluster (its scenario family's defaults plus the condition's overrides).
+
+    Args:
+        cluster: The run's ``cluster`` config (``num_comm_groups``, ``num_racks_per_group``,
+            ``num_servers_per_rack``, ``max_degree``): one of :data:`TRAIN_CLUSTERS`.
+        jobs_per_episode: Arrivals of each episode.
+        core_frac: Share of core conditions, as in the adaptive agent's teacher search.
+        scenario: The scenario family (``paper`` or ``physical``), as :func:`sample_condition`.
+    """
+
+    def __init__(self, cluster: Any, jobs_per_episode: int = 500, core_frac: float = 0.5,
+                 scenario: str = "paper") -> None:
+        try:
+            shape = tuple(int(cluster[k]) for k in ("num_comm_groups", "num_racks_per_group",
+                                                    "num_servers_per_rack", "max_degree"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"a RAMP cluster config is needed for random conditions ({exc})",
+                              field="cluster") from exc
+        if shape not in TRAIN_CLUSTERS:
+            raise ConfigError(f"random conditions are drawn on the adaptive agent's training clusters "
+                              f"{list(TRAIN_CLUSTERS)} (groups, racks, servers per rack, max degree), not {shape}",
+                              field="cluster")
+        if isinstance(jobs_per_episode, bool) or not (isinstance(jobs_per_episode, int) and jobs_per_episode >= 1):
+            raise ConfigError(f"must be an integer >= 1, got {jobs_per_episode!r}", field="ppo.condition_jobs")
+        if scenario not in SCENARIO_INTERARRIVAL_S:
+            raise ConfigError(f"random conditions exist for the scenario families {sorted(SCENARIO_INTERARRIVAL_S)}, "
+                              f"not {scenario!r}", field="scenario")
+        self.scenario = scenario
+        self.shape = shape
+        self.jobs_per_episode = jobs_per_episode
+        self.core_frac = core_frac
+        self._cluster = cluster_overrides(shape)
+
+    def __call__(self, rng: np.random.Generator) -> list[str]:
+        """One condition's overrides (the scenario's defaults plus this cluster)."""
+        while True:
+            over = sample_condition(rng, self.jobs_per_episode, self.core_frac, self.scenario)
+            if all(c in over for c in self._cluster):
+                return over

@@ -1,0 +1,19 @@
+"""The adaptive PAC-ML agent (``policy=pacml``): one degree agent for every condition.
+
+Read in this order:
+
+- ``conditions``: condition descriptions, a leaf (numpy and the simulator's errors and topology; no
+  torch, nothing else of pacml): the evaluation grid and its seeds, and the random training
+  conditions (``sample_condition``, ``ClusterConditions``, also the per-beta agent's
+  ``ppo.random_conditions`` sampler).
+- ``selector``: rules as actions, the condition features seen from the arrivals
+  (``ConditionTracker``), the rule selector (MLP and nearest-neighbour table, numpy) and its
+  ``adaptive.npz`` checkpoint.
+- ``policy``: ``AdaptivePolicy``, the agent: the selector's pick, the shadow clusters, its settings.
+- ``train``: ``pacml train-adaptive``: the teacher search and the selector fit.
+
+Imports: the simulator, workloads, ``pacml.runfiles``, ``pacml.shipped``, the per-beta agent
+(``pacml.agent``) and the critics (``pacml.critic``); nothing in ``pacml.agent`` or
+``pacml.critic`` imports this package back, except ``pacml.agent.ppo``'s use of the ``conditions``
+leaf. Order: ``runfiles``, ``shipped`` (leaves) <- ``agent`` <- ``critic`` <- ``adaptive``.
+"""
