@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from pacml.adaptive import Rule, start_rule
+from pacml.adaptive.policy import start_rule
+from pacml.adaptive.selector import Rule
 from pacml.agent.features import action_mask, take_features
 from simulator.build import SimKnobs, build_feasibility, build_policy, build_simulation
 from simulator.cluster import ClusterState
@@ -21,8 +22,8 @@ from simulator.policies.heuristics import MinFeasible, ParaMin, min_feasible_deg
 from simulator.policies.lookahead import RolloutCluster
 from simulator.topology import RampTopology
 from tests.block_reference import BlockAwareMinFeasible
-from tests.simulator.test_model_parallel import MP, two_branch_graph
 from tests.simulator.allocation.test_op_placer import compose_sim, hetero
+from tests.simulator.test_model_parallel import MP, two_branch_graph
 from workloads.jobs import JobSpec
 
 FAST_G0 = 0b1111              # servers 0-3: group 0's fast racks
