@@ -1,27 +1,13 @@
 """The one feasibility function, shared by every policy and by the RL action mask.
 
-For a job and the servers other jobs hold, :class:`FeasibilityTable` answers per degree:
-
-* ``enough_servers(d)``: ``d`` is in the action set and at most the number of free servers (the
-  original's action mask, spec §8.3, which ignores fragmentation);
-* ``placement(d)``: the placement the job gets at ``d`` when the policy names no block: the
-  placer's own (first fit), or ``None`` (it cannot be placed); on a cluster of several server kinds
-  the first free block that meets the job's target when first fit's does not (below);
-* ``jct_s(d)``: the simulated JCT of that placement (the lookahead);
-* ``meets_target(d)``: ``jct_s(d) <= beta x sequential JCT``;
-* ``feasible(d)``: placeable now and meets the target (the job would be accepted).
-
-Everything is computed lazily and cached, so a policy pays only for what it asks.
-
-On a cluster of several server kinds (``topology.heterogeneous``) first fit's placement is not
-the only one worth judging: the first free server may be of a slow kind while a fast block is
-free elsewhere. There a degree is feasible when first fit's placement meets the target *or* one
-of the first ``hetero_block_search`` free blocks of the degree (first-fit order) does, and the job
-is placed in the first such block (:meth:`FeasibilityTable.chosen_block`). Every policy that asks
-the table (the rules, the agents' masks and features, the rollouts) and the simulation placing a
-decision without a block thus see the same block. On a cluster of one kind no block is searched:
-first fit is kept exactly, as the paper's results were produced (there another free block of
-first fit's shape times the same; a policy may still search blocks itself, ``policy.block_search``).
+For a job and the servers other jobs hold, :class:`FeasibilityTable` answers per degree ``d``,
+lazily and cached: ``enough_servers(d)`` (in the action set and at most the free servers: the
+original's mask, spec §8.3), ``placement(d)`` (first fit's placement, or ``None``), ``jct_s(d)``
+(its lookahead), ``meets_target(d)`` (``jct_s(d) <= beta x sequential JCT``) and ``feasible(d)``
+(placeable now and meeting the target). On a cluster of several server kinds a degree is also
+feasible when one of the first ``hetero_block_search`` free blocks meets the target, and the job
+goes to the first such block (:meth:`FeasibilityTable.chosen_block`), so every policy and the
+simulation see the same block; on one kind first fit is kept exactly.
 """
 
 from __future__ import annotations

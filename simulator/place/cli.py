@@ -3,24 +3,15 @@
 Examples::
 
     pacml place graph=bert24_training objective=pipeline method=round_robin
-    pacml place graph=resnet50 devices=hetero method=random
     pacml place -m graph=resnet50,vgg16 method=single,round_robin,random devices=gpu4
-    pacml place graph=resnet50 method=file method.path=placement.json
 
-Config (``conf/place.yaml``): ``graph`` (a shipped name, a file, or a directory holding one graph
-file, e.g. a PipeDream model folder, read as ``pacml sim`` reads ``workload.graphs``), ``devices`` (a preset of
-``conf/devices/``; ``auto``, the default, is a dnn-partitioning file's own device set, else
-``gpu4``; ``file`` insists on the file's own; ``ramp_block`` is the servers of one RAMP block),
-``objective`` (``step`` | ``latency`` | ``pipeline``), ``method`` (a placer of ``conf/method/``,
-built by Hydra from its ``_target_``), ``seed``.
-
-Each run writes into its Hydra run directory, atomically: ``placement.json`` (op -> device, and
-the groups placed whole), ``summary.json`` (value, feasibility, speed-up over the best single
-device, memory / compute / communication per device, method wall time and evaluations) and
-``gantt.png`` + ``gantt.svg`` (drawn by :mod:`analysis.gantt`, imported lazily: the only
-analysis import the simulator allows). A method whose placement breaks a device's memory is a
-result (value ``inf``, the reason named, a warning); a ``method=file`` placement that does is
-bad input (one line, exit status 2), like every other bad value.
+Config (``conf/place.yaml``): ``graph`` (a shipped name, a file or a graph folder), ``devices`` (a
+preset of ``conf/devices/``; ``auto``: a dnn-partitioning file's own set, else ``gpu4``),
+``objective`` (``step`` | ``latency`` | ``pipeline``), ``method`` (a placer of ``conf/method/``),
+``seed``. Each run writes ``placement.json``, ``summary.json`` and a Gantt chart (drawn by
+:mod:`analysis.gantt`, imported lazily) into its run directory, atomically. A placement that
+breaks a device's memory is a result (value ``inf``, reason named); a ``method=file`` placement
+that does is bad input (one line, exit status 2).
 """
 
 from __future__ import annotations
@@ -59,7 +50,7 @@ from workloads.loaders import load_compute_graph
 
 log = logging.getLogger(__name__)
 
-PROG = "pacml-place"
+PROG = "pacml place"
 #: Device set for graphs that bring none (``devices=auto``).
 DEFAULT_PRESET = "gpu4"
 #: Groups of the Hydra config recorded as the run's choices.
