@@ -1,22 +1,13 @@
 """Sequential placement of a :class:`~pacml.placer.problem.GroupProblem`, many rollouts at once.
 
-Groups are placed one by one in the problem's order. Before each decision the decoder prices
-every device for the group from the partial placement, as a list scheduler would: when the
-group's inputs arrive there, when it would start and finish (earliest finish time, HEFT's
-criterion), the transfer time it would add, the compute and communication load and memory the
-device would then carry. These per-device features, the device's static features and the group's
-graph embedding are scored by the policy's MLP; the masked softmax over devices gives the choice.
-Nothing here names a device: equal devices in equal states get equal scores.
-
-Under the ``pipeline`` objective the load features are the objective's own
-(:mod:`pacml.placer.pipeline_loads`: per-node communication, none on a CPU, exact for the
-partial placement) and the prior indicator marks the device(s) keeping the maximum load lowest
-instead of the earliest finish, which that objective does not price.
-
-The MLP runs in numpy here (rollouts need no gradients; a torch call per decision would cost more
-than the decision), from weights exported by :meth:`pacml.placer.model.PlacerNet.scorer_weights`.
-:class:`Rollout` keeps every decision's features so the PPO update recomputes the same logits in
-torch, with gradients.
+Groups are placed one by one in the problem's order. Before each decision every device is priced
+from the partial placement as a list scheduler would (inputs' arrival, earliest finish, transfer
+time added, compute and communication load, memory; under ``pipeline`` the objective's own loads,
+:mod:`pacml.placer.pipeline_loads`), and the policy's MLP scores these features, the device's own
+and the group's embedding; a masked softmax picks the device. Nothing names a device, so equal
+devices in equal states score equally. The MLP runs in numpy (weights from
+:meth:`pacml.placer.model.PlacerNet.scorer_weights`); :class:`Rollout` keeps every decision's
+features so the PPO update recomputes the same logits in torch.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """``method=learned``: the pre-trained GNN + PPO placer behind the common placer interface.
 
-Modes:
-
-* ``greedy`` (zero-shot): the policy's most likely device for every group; one evaluation.
-* ``sample``: the best of ``samples`` sampled placements (and the greedy one).
-* ``finetune``: GDP's fine-tuning: PPO on this one task, starting from the pre-trained weights,
-  until ``max_evaluations`` placements have been priced; returns the best placement seen. The
-  reward scale is the greedy placement's value (no baseline placer is consulted).
-
-``sample`` and ``finetune`` start from the policy at ``temperature`` (its logits divided by it; the
-greedy placement is unchanged): pre-training leaves the policy nearly deterministic on many graphs,
-so untempered samples repeat the greedy placement and fine-tuning has nothing to learn from.
-
-A graph with more groups than ``max_groups`` is first coarsened (HSDAG-style, through
-:class:`simulator.place.coarsen.CoarsenedPlacer`): groups are merged into at most ``max_groups``
-clusters, the policy places the clusters, and up to ``refine_evaluations`` single-group moves on
-the fine graph refine the result.
+Modes: ``greedy`` (zero-shot, one evaluation), ``sample`` (best of ``samples`` and the greedy one)
+and ``finetune`` (GDP's PPO on this one task from the pre-trained weights until
+``max_evaluations``; reward scale = the greedy value; the best placement seen is returned).
+Sampling and fine-tuning start from the policy at ``temperature`` (logits divided by it), since
+pre-training leaves it nearly deterministic. A graph of more than ``max_groups`` groups is first
+coarsened (:class:`simulator.place.coarsen.CoarsenedPlacer`) and refined with up to
+``refine_evaluations`` single-group moves.
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
 """The learned placer's network: a GNN over the group graph and a per-device scorer (PyG).
 
-* Encoder: the static group features, then ``layers`` rounds of message passing over the group
-  DAG in both directions (a GraphSAGE mean aggregation from predecessors and one from
-  successors, summed with a residual), so an embedding sees ``layers`` hops of its inputs and of
-  its consumers. A mean and max pool of the embeddings is the graph's context.
-* Scorer: an MLP on ``[embedding of the group, context, step features of the device]``, one
-  logit per device, plus a learnable multiple (``prior``, initially 5) of the indicator of the
-  device with the earliest finish (under ``pipeline``: with the lowest maximum load after the
-  group is placed): untrained, the policy is a list scheduler; the softmax over
-  allowed devices is the policy. The first layer splits into a
-  per-group part (computed once per placement) and a per-device part (computed per decision).
+* Encoder: static group features, then ``layers`` rounds of GraphSAGE mean aggregation from
+  predecessors and from successors (summed, residual); a mean and max pool is the graph context.
+* Scorer: an MLP on ``[group embedding, context, device step features]``, one logit per device,
+  plus ``prior`` (initially 5) x the indicator of the earliest-finish device (``pipeline``: the
+  lowest maximum load), so the untrained policy is a list scheduler; its first layer splits into
+  a per-group and a per-device part.
 
-``use_edges=False`` drops the message passing (features only): the ablation of graph structure.
-
-``decoder="oneshot"`` is GDP's design instead (Zhou et al. 2019), measured beside the sequential
-decoder: the same GNN embeddings plus sinusoidal position encodings, self-attention over the
-group sequence (in placement order), and every group's logits over the devices at once from
-``[attended embedding, device features, device slot]``: no decoder features, no prior, memory
-penalised rather than masked. The device *slot* (its index in the set, a learned embedding, as GDP's fixed output layer) is
-what lets a one-shot policy tell equal devices apart: from features alone every group's
-distribution over two equal devices is the same, so it could never learn to split work between
-them. So unlike the sequential decoder, the one-shot one is not permutation-aware.
+``use_edges=False`` drops the message passing (the ablation of graph structure).
+``decoder="oneshot"`` is GDP's design (Zhou et al. 2019): position encodings, self-attention over
+the group sequence and every group's logits at once, with a learned device *slot* embedding (so it
+is not permutation-aware). See docs/learned-placer.md ("How it places").
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Exact max-load bookkeeping for the sequential decoder under the ``pipeline`` objective.
 
-The pipeline objective (:class:`simulator.place.objectives.PipelineObjective`) charges
-communication per *node*, not per edge: a node sending to other devices pays its longest
-transfer once; a device receiving a node's output pays it once however many of its nodes read
-it; a CPU pays no communication. The decoder's generic load estimate (every quotient edge
-charged on both ends) overstates it on graphs with wide fan-out and charges the CPU, so a policy
-reading it cannot see what the objective rewards (the BERT-L-3 operator graphs: 2x the optimum).
-
-:class:`PipelinePlan` holds, for every group, the node edges between its nodes and nodes of
-groups placed before it (static, built once per problem); :class:`PipelineLoads` keeps, for
-``B`` rollouts at once, each device's exact load of the partial placement and prices placing
-the next group on every device: ``deltas`` gives the ``(B, D, D)`` load increments (candidate
-device x device charged), ``commit`` applies the choice. After the last group the loads equal
-the objective's ``compute + comm`` (receiving takes the longest of a node's transfers to a
-device where the objective takes the first; with the per-node fixed costs of dnn-partitioning
-files, and with one output size per node, the two agree).
+:class:`simulator.place.objectives.PipelineObjective` charges communication per *node*: a sender
+pays its longest transfer once, a receiving device pays a node's output once, a CPU pays none (the
+decoder's generic per-edge estimate overstates fan-out and charges the CPU).
+:class:`PipelinePlan` holds each group's node edges to groups placed before it (static, once per
+problem); :class:`PipelineLoads` keeps, for ``B`` rollouts, each device's exact load of the partial
+placement: ``deltas`` prices the next group on every device (``(B, D, D)`` increments), ``commit``
+applies the choice. After the last group the loads equal the objective's ``compute + comm`` when
+each node has one output size (as in dnn-partitioning files).
 """
 
 from __future__ import annotations

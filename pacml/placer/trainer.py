@@ -1,17 +1,12 @@
 """Pre-training the learned placer on many tasks, with exact resume and a whole-run time budget.
 
-The task pool is the cross product of the pre-training graphs (``workloads.placement_corpus``,
-split ``train``: never a held-out graph), the device presets and the objectives of the config.
-Tasks are built when first drawn (a task's reference baselines cost a little), so a run starts at
-once. Each update draws ``ppo.tasks_per_update`` tasks, samples ``ppo.batch`` placements of each
-and takes a PPO step (:mod:`pacml.placer.ppo`). Every ``validate_every`` updates the greedy
-placement of a fixed set of validation tasks (training graphs; the held-out ones are for the
-benchmarks only) is priced, and the best policy so far is kept as ``placer.pt``.
-
-Run directory: ``checkpoint.pt`` (+ ``checkpoint.prev.pt``) with everything needed to resume
-exactly (weights, optimiser, random states, counters, history), ``placer.pt`` (best),
-``placer_last.pt``, ``metrics.csv``, TensorBoard ``tb/``, ``curve.png``, ``train_summary.json``
-and ``train_config.yaml``.
+Tasks are (graph of ``workloads.placement_corpus``'s ``train`` split, device preset, objective),
+built when first drawn. Each update draws ``ppo.tasks_per_update`` tasks, samples ``ppo.batch``
+placements of each and takes a PPO step (:mod:`pacml.placer.ppo`); every ``validate_every``
+updates the greedy placements of fixed validation tasks (training graphs) are priced and the best
+policy is kept as ``placer.pt``. The run directory also holds ``checkpoint.pt`` (+ ``.prev``,
+everything to resume exactly), ``placer_last.pt``, ``metrics.csv``, ``tb/``, ``curve.png``,
+``train_summary.json`` and ``train_config.yaml``.
 """
 
 from __future__ import annotations
