@@ -308,15 +308,22 @@ class PipelineObjective(BoundObjective):
         super().__post_init__()
         self._no_comm = self.devices.is_cpu
 
-    def loads(self, placement: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(compute_s, comm_s)`` of every device."""
+    def loads(self, placement: NDArray[np.int64], sources: NDArray[np.bool_] | None = None
+              ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(compute_s, comm_s)`` of every device.
+
+        ``sources`` (a node mask) keeps only those nodes' compute and the transfers of their outputs:
+        ``~graph.is_backward`` gives the forward pass's share (:mod:`simulator.place.pipeline_schedule`).
+        """
         g, d = self.graph, self.devices.num_devices
         node_t = self.time_s[np.arange(g.num_nodes), placement]
+        if sources is not None:
+            node_t = np.where(sources, node_t, 0.0)
         compute = np.bincount(placement, weights=node_t, minlength=d)
         comm = np.zeros(d)
         if g.num_edges:
             a, b = placement[self._src], placement[self._dst]
-            cross = np.flatnonzero(a != b)
+            cross = np.flatnonzero(a != b) if sources is None else np.flatnonzero((a != b) & sources[self._src])
             if len(cross):
                 t = self.edge_time_s(placement)[cross]
                 u = self._src[cross]
