@@ -163,11 +163,6 @@ class PacMLBetaPolicy:
                                    torch.from_numpy(obs["action_mask"]).unsqueeze(0))
         return torch.softmax(logits, dim=1)[0]
 
-    def action_probabilities(self, job: JobSpec, state: ClusterState) -> torch.Tensor:
-        """Probability of every action (0 where masked)."""
-        with _intra_op_threads(self.num_threads):
-            return self._probabilities(job, self.encoder.encode(job, state))
-
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The agent's degree (0 rejects) and, with learned placement, its block."""
         import torch
