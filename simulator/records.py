@@ -13,7 +13,6 @@ import csv
 import io
 import math
 import os
-import re
 import tempfile
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
@@ -104,8 +103,6 @@ SERVERS_LISTED_MAX = 64
 """Jobs holding at most this many servers list each one in ``servers`` (the original's form);
 bigger ones are written as boxes (:func:`format_servers`)."""
 
-_RANGE = re.compile(r"^(\d+)(?:\.\.(\d+))?$")
-
 
 def _csv_row(rec: JobRecord) -> list[Any]:
     """One ``jobs.csv`` row (floats by ``repr``, so they read back exactly)."""
@@ -134,7 +131,7 @@ def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
     number or an inclusive range ``a..b``, standing for every server whose coordinates lie in the
     three ranges, e.g. a 1,024-server block of shape (32, 32, 1) is ``0..31-0..31-0`` instead of
     about 9 KB of names. The boxes are disjoint and together hold exactly the job's servers;
-    :func:`expand_servers` lists them, ascending, without knowing the cluster.
+    ``analysis.runs.job_server_names`` lists them, ascending, without knowing the cluster.
     """
     if len(servers) <= SERVERS_LISTED_MAX:
         return " ".join(topology.server_name(s) for s in servers)
@@ -171,28 +168,6 @@ def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
 
 def _span(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}..{last}"
-
-
-def expand_servers(text: str) -> list[str]:
-    """The ``c-r-s`` names a ``servers`` cell stands for, in server-index order (both forms of
-    :func:`format_servers`; an empty cell is no server).
-
-    Raises:
-        ValueError: For a token that is not ``C-R-S`` with numbers or ranges ``a..b`` (a <= b).
-    """
-    coords: list[tuple[int, int, int]] = []
-    for token in text.split():
-        parts = token.split("-")
-        if len(parts) != 3:
-            raise ValueError(f"bad server {token!r}: expected c-r-s (each a number or a range a..b)")
-        spans = []
-        for part in parts:
-            m = _RANGE.match(part)
-            if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-                raise ValueError(f"bad server {token!r}: expected c-r-s (each a number or a range a..b)")
-            spans.append(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
-        coords += [(c, r, s) for c in spans[0] for r in spans[1] for s in spans[2]]
-    return [f"{c}-{r}-{s}" for c, r, s in sorted(coords)]
 
 
 class RecordSink(Protocol):
