@@ -35,7 +35,7 @@ import numpy as np
 from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
 from workloads.json_format import parse_compute_graph
-from workloads.loaders import DATA_DIR, load_compute_graph, shipped_models, shipped_placement_graphs
+from workloads.loaders import DATA_DIR, load_compute_graph, shipped_models
 from workloads.synthetic_compute import FAMILIES, graph_from_name, random_name
 
 #: Shipped real graphs never used in pre-training (8 of the 16 shipped). The dnn-partitioning
@@ -164,11 +164,6 @@ def scale_graph() -> ComputeGraph:
     from torch.fx, read from its gzip-compressed pacml JSON file."""
     text = gzip.decompress(_SCALE_FILE.read_bytes()).decode()
     return parse_compute_graph(text, path=_SCALE_FILE)
-
-
-def shipped_real() -> tuple[str, ...]:
-    """Every shipped real graph name (PipeDream and dnn-partitioning), sorted."""
-    return tuple(sorted(shipped_placement_graphs()))
 
 
 def content_fingerprint(graph: ComputeGraph) -> str:

@@ -22,6 +22,7 @@ from simulator.place.placer import SingleDevicePlacer
 from workloads import placement_corpus as pc
 from workloads import synthetic_compute as sc
 from workloads.errors import WorkloadError
+from workloads.loaders import shipped_placement_graphs
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ("gpu4", "hetero", "cpu_gpu")
@@ -134,7 +135,7 @@ def _seed_of(name: str) -> int | None:
 
 
 def test_held_out_real_graphs_are_a_third_and_never_in_training():
-    shipped = set(pc.shipped_real())
+    shipped = set(shipped_placement_graphs())
     assert set(pc.HELD_OUT_REAL) | set(pc.TRAIN_REAL) == shipped
     assert not set(pc.HELD_OUT_REAL) & set(pc.TRAIN_REAL)
     assert len(pc.HELD_OUT_REAL) * 3 >= len(shipped)
