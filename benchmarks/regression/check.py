@@ -55,7 +55,14 @@ VOLATILE_KEYS = {
     "run_dir", "path", "paths", "checkpoint_path", "created", "date", "phase_s", "phases_s", "timing",
     "teacher_search_s", "total_s", "update_s", "charts/SPS", "SPS",
 }
-VOLATILE_COLUMNS = {"wall_s", "wall_time_s", "time_s", "elapsed_s", "sps", "decision_wall_s", "update_s", "charts/SPS"}
+VOLATILE_COLUMNS = {"wall_s", "wall_time_s", "time_s", "elapsed_s", "sps", "decision_wall_s", "update_s", "charts/SPS",
+                    "events_per_s", "jobs_per_s", "lookahead_wall_s"}
+# Columns of the report's run table that echo the policy's resolved config (its `_target_` and
+# keys, which retired options leave): config, not behaviour; the metrics beside them are compared.
+VOLATILE_COLUMN_PREFIXES = ("policy.",)
+# Where the runs were written (a temporary folder): replaced by this token before hashing.
+WORK_TOKEN = "<work>"
+WORK_DIR = ""
 
 PLACE_GRAPHS = ("squeezenet1_0", "gnmt", "alexnet")
 PLACE_PRESETS = ("gpu4", "gpu8", "hetero", "cpu_gpu", "ramp_block")
@@ -73,6 +80,7 @@ LEGACY_ENTRIES = {"sim": "simulator.run:main", "place": "simulator.place.cli:mai
                   "train": "pacml.train:main", "train-placer": "pacml.placer.cli:main",
                   "train-adaptive": "pacml.adaptive_train:main", "distill": "pacml.distill:main"}
 ENTRIES = "console"
+REUSE = False  # --reuse: fingerprint the runs already in --work, run nothing
 
 
 def _commands() -> dict[str, list[str]]:
@@ -88,6 +96,8 @@ def _commands() -> dict[str, list[str]]:
 
 
 def _run(cmd: str, args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> int:
+    if REUSE:
+        return 0
     argv = _commands()[cmd] + args
     log.info("pacml %s %s", cmd, " ".join(args))
     proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -118,16 +128,21 @@ def _csv_digest(path: Path) -> str:
         rows = list(csv.reader(f))
     if not rows:
         return _digest("")
-    keep = [i for i, name in enumerate(rows[0]) if name not in VOLATILE_COLUMNS and not name.endswith("_wall_s")]
+    keep = [i for i, name in enumerate(rows[0]) if name not in VOLATILE_COLUMNS and not name.endswith("_wall_s")
+            and not name.startswith(VOLATILE_COLUMN_PREFIXES)]
     out = io.StringIO()
     writer = csv.writer(out)
     for row in rows:
         writer.writerow([row[i] for i in keep if i < len(row)])
-    return _digest(out.getvalue())
+    return _digest(_unwork(out.getvalue()))
+
+
+def _unwork(text: str) -> str:
+    return text.replace(WORK_DIR, WORK_TOKEN) if WORK_DIR else text
 
 
 def _json_digest(path: Path) -> str:
-    return _digest(json.dumps(_clean(json.loads(path.read_text())), sort_keys=True))
+    return _digest(_unwork(json.dumps(_clean(json.loads(path.read_text())), sort_keys=True)))
 
 
 def _tensor_digest(path: Path) -> str:
@@ -295,17 +310,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {PARTS}")
     parser.add_argument("--entries", choices=("console", "legacy"), default="console",
                         help="legacy: call 967f795's entry functions (recording from a worktree of it)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="run nothing: fingerprint the outputs already in --work (from an earlier record or compare)")
     parser.add_argument("--work", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    global ENTRIES
-    ENTRIES = args.entries
+    global ENTRIES, REUSE, WORK_DIR
+    ENTRIES, REUSE = args.entries, args.reuse
+    if REUSE and args.work is None:
+        parser.error("--reuse needs --work")
     parts = [p for p in args.only.split(",") if p]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {unknown}; choose from {PARTS}")
     work = args.work or Path(tempfile.mkdtemp(prefix="pacml_regression_"))
+    work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
+    WORK_DIR = str(work)
     if args.mode == "record":
         result = run_parts(parts, work)
         previous = json.loads(args.out.read_text()) if args.out.exists() else {}
