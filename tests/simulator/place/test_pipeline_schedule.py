@@ -351,3 +351,33 @@ def test_a_split_that_is_not_contiguous_is_refused() -> None:
     # An unused device is no stage; stages follow the forward edges, not device indices.
     st = stage_costs(bind_objective("pipeline", g, mesh(3)), placement_of([2, 2, 0], 3))
     assert st.devices == (2, 0)
+
+
+def test_a_mixed_generation_block_prices_each_stage_on_its_own_kind() -> None:
+    # ramp32_hetero's 4-server block of 2 gpu (speed 1) + 2 gpu_half (speed 0.5), the placer
+    # pacml place runs for method=pipedream; the stage costs are the objective's evaluation.
+    from simulator.place.cli import cluster_block_device_sets
+    from simulator.place.heuristics import PipeDreamPlacer
+
+    devices = dict(cluster_block_device_sets("ramp32_hetero"))["ramp32_hetero/4:gpux2+gpu_halfx2"]
+    g = load_graph("resnet18")
+    obj = bind_objective("pipeline", g, devices)
+    pipedream = PipeDreamPlacer(use_cpu=False).place(obj, seed=0).placement
+    # and four equal runs of forward ops in topological order, one per server
+    fwd = [v for v in g.topological_order if not g.is_backward[v]]
+    rank = np.empty(g.num_groups, dtype=np.int64)
+    rank[g.group[fwd]] = np.arange(len(fwd))
+    equal = (rank * 4 // len(fwd))[g.group]
+    for p in (pipedream, equal):
+        ev = obj.evaluate(p)
+        st = stage_costs(obj, p)
+        for i, d in enumerate(st.devices):
+            assert st.load_s[i] == ev.compute_s[d] + ev.comm_s[d]
+            ref = g.kind_time_s[g.reference_kind][p == d].sum()
+            assert st.compute_s[i] == pytest.approx(ref / devices.devices[d].speed, rel=1e-12)
+    assert st.devices == (0, 1, 2, 3) and {dev.kind for dev in devices.devices} == {"gpu", "gpu_half"}
+    # One slow server: M x the graph's time at half speed.
+    slow = next(d for d, dev in enumerate(devices.devices) if dev.speed == 0.5)
+    one = np.full(g.num_nodes, slow, dtype=np.int64)
+    t = pipeline_estimate(obj, one, PipelineSettings("1f1b", 4)).iteration_s
+    assert t == pytest.approx(4 * g.kind_time_s[g.reference_kind].sum() / 0.5, rel=1e-12)
