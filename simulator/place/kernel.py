@@ -1,24 +1,14 @@
 """Compiled (numba) list-scheduling kernel: the semantics of :func:`simulator.step_model.list_schedule`, faster.
 
-:func:`simulator.step_model.list_schedule` is the reference: a pure-Python heap loop that the
-cluster simulator and the op placer's ``step`` / ``latency`` objectives share. A search over
-placements calls it thousands of times per second, so this module re-implements it with numba on
-flat arrays, with *exactly* the same semantics, and the same floating-point operations in the same
-order (so the results are equal bit for bit; ``tests/simulator/place/test_objectives.py`` checks it):
-
-* events (a task finishing, a task becoming ready) are ordered by ``(time, kind, task)`` with
-  finishes before releases; all events at one time are processed together, then every device
-  touched by them that is idle starts its ready task with the shortest duration, ties by index;
-* a task is ready when every in-edge has arrived: its source finished plus the edge's duration
-  (transfers start when their source finishes and never contend).
-
-The priority ``(duration, index)`` is static, so each device's ready queue is a binary heap of
-precomputed ranks; every device's heap lives in one array of ``n`` slots (a device holds at most
-its own tasks). The event heap holds at most one release and one finish per task.
-
-:func:`scheduled_value` goes one step further for the op placer: from a placement it computes node
-and edge times, checks memory and device kinds, and list-schedules every phase in one compiled
-call. Functions are compiled on first use and cached on disk (``cache=True``).
+:func:`simulator.step_model.list_schedule` is the readable reference shared by the cluster
+simulator and the op placer's ``step`` / ``latency`` objectives; a search calls it thousands of
+times per second, so this module re-implements it on flat arrays with the same floating-point
+operations in the same order (equal bit for bit; ``tests/simulator/place/test_objectives.py``):
+events ``(time, kind, task)``, finishes before releases, all events of one time processed
+together, then every touched idle device starts its shortest ready task (ties by index); a task
+is ready when every in-edge has arrived. Per-device ready queues are binary heaps of static
+ranks in one ``n``-slot array. :func:`scheduled_value` prices a whole placement (node and edge
+times, memory and kinds, every phase) in one compiled call. Compiled on first use, cached on disk.
 """
 
 from __future__ import annotations

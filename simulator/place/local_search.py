@@ -1,25 +1,17 @@
 """Search baselines: the reference program's local search and simulated annealing.
 
-* :class:`LocalSearchPlacer` (``local_search``) is the local search of Tarnawski et al.'s
-  program (msr-fiddle/dnn-partitioning, ``-localSearch 10``): from a random placement of the
-  groups (colour classes) on the accelerators, move one whole group to another accelerator, the
-  move that lowers the objective most, until no move lowers it by more than ``1e-8`` s (the
-  program's ``1e-5`` ms); restart ``restarts`` times and keep the best. Its moves never use the
-  CPU (nodes that can only run there stay there) and, like the program, it ignores memory unless
-  ``respect_memory`` is set. Unlike the program it climbs once more, first, from the best simple
-  placement (:func:`best_simple_start`: each device alone, HEFT, m-ETF, PipeDream's split), and
-  ends on that start if every climb ends worse once memory is counted: random starts spread a
-  graph over every device, and on a step or latency objective their climbs can stop in local
-  optima worse than one device (0.75x on ``bert_l-3_inference``).
-* :class:`AnnealPlacer` (``anneal``) is simulated annealing on any objective: group moves to any
-  device (CPU too) and swaps of two groups, memory respected, a budget counted in evaluations,
-  from the best simple placement (it keeps the best placement seen, so it never ends worse).
+* :class:`LocalSearchPlacer` (``local_search``) is the local search of Tarnawski et al.'s program
+  (msr-fiddle/dnn-partitioning, ``-localSearch 10``): from a random placement of the groups on the
+  accelerators, make the single-group move that lowers the objective most, until none lowers it by
+  more than ``1e-8`` s; ``restarts`` times, keeping the best. Its moves never use the CPU, and it
+  ignores memory unless ``respect_memory`` is set. Unlike the program it also climbs from the best
+  simple placement (:func:`best_simple_start`) and keeps that start if every climb ends worse once
+  memory is counted (random starts can end in local optima worse than one device).
+* :class:`AnnealPlacer` (``anneal``) is simulated annealing on any objective: group moves and
+  swaps, memory respected, a budget of evaluations, from the best simple placement (never worse).
 
-Both work on any objective. On the ``pipeline`` objective with one transfer time per sending node
-(every dnn-partitioning file, and any device set whose links price an edge the same between any
-two devices) a move is priced incrementally by a compiled kernel: only the moved group's nodes and
-their predecessors change their communication, so a move costs O(degree x devices) instead of a
-full evaluation; each priced move still counts as one evaluation.
+On the ``pipeline`` objective with one transfer time per sending node, a move is priced
+incrementally by a compiled kernel (O(degree x devices)); each priced move is one evaluation.
 """
 
 from __future__ import annotations
