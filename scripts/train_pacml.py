@@ -6,17 +6,14 @@ The agent is two trained parts (conf/policy/pacml_adaptive.yaml):
 - the selector ``paper_adaptive_knn``: ``pacml train-adaptive adaptive.neighbours=100``, whose
   teacher search covered conditions 0-1255 (``adaptive.num_conditions=1256``);
 - the condition critic ``paper_betaD_critic``: ``pacml distill beta=D``, distilled around the
-  per-beta D agent ``paper_betaD`` (``pacml train beta=D``), whose encoder it reads. That agent's
-  ``policy.pt`` is its warm start (imitation of ``min_feasible(4)``): in 2 million PPO steps no
-  validation beat the warm start's 0.1064, so the best policy saved is the warm start's. Here it
-  runs one PPO update (``ppo.total_steps=2048``), which saves the same ``policy.pt`` as the
-  2-million-step run (compared byte for byte).
+  per-beta D agent ``paper_betaD`` (``pacml train beta=D``), whose encoder it reads. Its best
+  policy is its warm start, so one PPO update (``ppo.total_steps=2048``) saves the same
+  ``policy.pt`` as the shipped 2-million-step run (compared byte for byte).
 
-The selector runs alongside the per-beta D agent's PPO and then the distillation (the PPO uses one
-core; the teacher search and the distillation two processes each). Time budgets are raised so that
-none ends a phase early: each phase ends when its work is done, as the shipped runs' did. Writes
-``training_time.json`` into ``--out``: each command, its run directory and wall time, and the total.
-Compare the runs with the shipped checkpoints with ``--compare``.
+The selector runs alongside the PPO and then the distillation; time budgets are raised so that
+each phase ends when its work is done. Writes ``training_time.json`` into ``--out`` (each command,
+its run directory and wall time, and the total); ``--compare`` compares the runs with the shipped
+checkpoints.
 """
 
 from __future__ import annotations
