@@ -150,22 +150,26 @@ def iteration_time_s(forward_s: NDArray[np.float64], backward_s: NDArray[np.floa
 
 
 def stage_order(objective: PipelineObjective, placement: NDArray[np.int64]) -> tuple[int, ...]:
-    """The devices holding nodes, in pipeline order: topological along forward edges (and backward
-    edges reversed), ties by device index.
+    """The devices holding nodes, in pipeline order: topological along the edges between forward
+    nodes (backward edges follow no common convention: dnn-partitioning files draw them forward),
+    ties by device index.
 
     Raises:
-        PlacementError: Two devices feed each other (a split that is not contiguous).
+        PlacementError: Two devices feed each other (a split that is not contiguous), or a device
+            holds backward nodes only.
     """
     g = objective.graph
     p = objective.check(placement)
     used = np.unique(p)
+    fwd_dev = set(np.unique(p[~g.is_backward]).tolist())
+    lone = [int(d) for d in used.tolist() if d not in fwd_dev]
+    if lone:
+        raise PlacementError(f"not a pipeline: device {objective.devices.names[lone[0]]!r} holds backward nodes "
+                             "only (a stage runs its part of the forward pass too)")
     if g.num_edges:
         src, dst = g.edges[:, 0], g.edges[:, 1]
-        bwd = g.is_backward
-        ff, bb = ~bwd[src] & ~bwd[dst], bwd[src] & bwd[dst]
-        a = np.concatenate([p[src[ff]], p[dst[bb]]])
-        c = np.concatenate([p[dst[ff]], p[src[bb]]])
-        pairs = {(int(x), int(y)) for x, y in zip(a.tolist(), c.tolist(), strict=True) if x != y}
+        ff = ~g.is_backward[src] & ~g.is_backward[dst]
+        pairs = {(int(x), int(y)) for x, y in zip(p[src[ff]].tolist(), p[dst[ff]].tolist(), strict=True) if x != y}
     else:
         pairs = set()
     succ: dict[int, set[int]] = {int(d): set() for d in used}

@@ -348,6 +348,10 @@ def test_a_split_that_is_not_contiguous_is_refused() -> None:
     obj = bind_objective("pipeline", g, mesh(2))
     with pytest.raises(PlacementError, match="not a pipeline"):
         stage_costs(obj, placement_of([0, 1, 0], 3))
+    backward_only = placement_of([0, 0, 0], 3)
+    backward_only[4] = 1
+    with pytest.raises(PlacementError, match="backward nodes only"):
+        stage_costs(obj, backward_only)
     # An unused device is no stage; stages follow the forward edges, not device indices.
     st = stage_costs(bind_objective("pipeline", g, mesh(3)), placement_of([2, 2, 0], 3))
     assert st.devices == (2, 0)
@@ -381,3 +385,23 @@ def test_a_mixed_generation_block_prices_each_stage_on_its_own_kind() -> None:
     one = np.full(g.num_nodes, slow, dtype=np.int64)
     t = pipeline_estimate(obj, one, PipelineSettings("1f1b", 4)).iteration_s
     assert t == pytest.approx(4 * g.kind_time_s[g.reference_kind].sum() / 0.5, rel=1e-12)
+
+
+def test_a_dnn_partitioning_file_with_its_own_devices() -> None:
+    # bert24_training (Tarnawski et al.'s input): its backward edges run forward like its forward
+    # edges; the stages follow the forward edges. PipeDream's split on the file's accelerators.
+    from omegaconf import OmegaConf
+
+    from simulator.place.heuristics import PipeDreamPlacer
+
+    g = load_graph("bert24_training")
+    obj = bind_objective("pipeline", g, build_devices(OmegaConf.create({"source": "auto"}), g))
+    p = PipeDreamPlacer(use_cpu=False).place(obj, seed=0).placement
+    st = stage_costs(obj, p)
+    assert st.devices == (1, 2, 3, 4, 5, 6)
+    ev = obj.evaluate(p)
+    np.testing.assert_array_equal(st.load_s, (ev.compute_s + ev.comm_s)[list(st.devices)])
+    np.testing.assert_allclose(st.forward_s + st.backward_s, st.load_s, rtol=1e-12)
+    for schedule in ("gpipe", "1f1b"):
+        t = iteration_time_s(st.forward_s, st.backward_s, schedule, 12)
+        assert t == pytest.approx(event_simulation(st.forward_s, st.backward_s, schedule, 12), rel=REL)
