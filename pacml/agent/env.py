@@ -74,9 +74,8 @@ def compose_condition(overrides: Sequence[str]) -> DictConfig:
     """:func:`compose_sim_config` of ``overrides`` plus ``progress=false``, fast for many conditions
     that share their config-group choices (``beta=A``, ``arrivals=poisson``): the groups are
     composed once (cached), and the value overrides (``mean_interarrival_s=...``,
-    ``workload.graphs=[...]``) are set on a copy, as Hydra parses and applies them. Composing with
-    Hydra takes ~0.1 s, which a training run drawing a condition per episode would pay thousands
-    of times. Anything but plain ``key=value`` overrides is composed by Hydra as is.
+    ``workload.graphs=[...]``) are set on a copy, as Hydra parses and applies them. A Hydra composition
+    per episode would cost a training run far more than the episode's decisions. Anything but plain ``key=value`` overrides is composed by Hydra as is.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType

@@ -4,7 +4,7 @@
 job from the same encoder the environment uses. Graph embeddings are cached per graph (they do
 not depend on the cluster), so a decision costs one small MLP pass plus feature building.
 
-torch and torch_geometric (about 3 s to import) are imported only once a checkpoint file has
+torch and torch_geometric (seconds to import) are imported only once a checkpoint file has
 been found, so ``policy=pacml_beta policy.checkpoint=<typo>`` fails at once, not after the imports.
 """
 
@@ -94,8 +94,7 @@ class PacMLBetaPolicy:
         num_threads: torch intra-op threads while deciding (restored after each decision);
             ``None`` keeps torch's setting. A decision's tensors are tiny, so a second thread
             only adds synchronisation, and on a busy host every kernel waits for a descheduled
-            worker: a paper episode (1,000 decisions) took 3.2-3.8 s with torch's 2 threads
-            and 0.8-1.1 s with 1 on a shared 2-core machine, with the same decisions.
+            worker (one thread gives the same decisions, several times faster).
     """
 
     def __init__(self, checkpoint: str | Path | None = None, deterministic: bool = True,

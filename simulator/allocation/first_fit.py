@@ -157,8 +157,8 @@ class _FreeMemory(dict):
 
 class _KeptBlocks(Sequence[Block]):
     """A :class:`~simulator.allocation.free_blocks.BlockList` whose blocks are kept once read, made only as far
-    as they are read (a first-fit scan usually stops at the first block; making every free block of
-    a degree 2 on 512 servers cost a decision ~1 ms)."""
+    as they are read (a first-fit scan usually stops at the first block, and making every free block of a small degree
+    on a big cluster would cost more than the decision)."""
 
     __slots__ = ("_source", "_made", "_size")
 
