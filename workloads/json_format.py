@@ -209,6 +209,20 @@ def _failer(path: str | Path):
     return fail
 
 
+def _notes_and_time_unit(doc: dict, loc: Any, fail: Any) -> float:
+    """Check the optional ``source`` and ``notes`` (strings) and return ``time_unit_s`` (default 1:
+    files written before the field existed are in seconds, as the format always said)."""
+    for key in ("source", "notes"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise fail(f"must be a string, got {show(doc[key])}", field=key, line=loc.key_line(key))
+    time_unit_s = doc.get("time_unit_s", 1.0)
+    if (isinstance(time_unit_s, bool) or not isinstance(time_unit_s, int | float)
+            or not TIME_UNIT_RANGE_S[0] <= time_unit_s <= TIME_UNIT_RANGE_S[1]):
+        raise fail(f"must be a number of seconds in [{TIME_UNIT_RANGE_S[0]:g}, {TIME_UNIT_RANGE_S[1]:g}], "
+                   f"got {show(time_unit_s)}", field="time_unit_s", line=loc.key_line("time_unit_s"))
+    return float(time_unit_s)
+
+
 def _object_document(text: str, path: str | Path, document: Any) -> dict:
     """``document`` (or ``text`` parsed), which must be a JSON object."""
     doc = parse_json_document(text, path=path) if document is None else document
@@ -259,16 +273,7 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
                    field="version", line=loc.key_line("version"))
     if not isinstance(doc["name"], str) or not doc["name"].strip() or _CONTROL.search(doc["name"]):
         raise fail("must be a non-empty string without control characters", field="name", line=loc.key_line("name"))
-    for key in ("source", "notes"):
-        if doc.get(key) is not None and not isinstance(doc[key], str):
-            raise fail(f"must be a string, got {show(doc[key])}", field=key, line=loc.key_line(key))
-    # Files written before the field existed are in seconds, as the format always said.
-    time_unit_s = doc.get("time_unit_s", 1.0)
-    if (isinstance(time_unit_s, bool) or not isinstance(time_unit_s, int | float)
-            or not TIME_UNIT_RANGE_S[0] <= time_unit_s <= TIME_UNIT_RANGE_S[1]):
-        raise fail(f"must be a number of seconds in [{TIME_UNIT_RANGE_S[0]:g}, {TIME_UNIT_RANGE_S[1]:g}], "
-                   f"got {show(time_unit_s)}", field="time_unit_s", line=loc.key_line("time_unit_s"))
-    time_unit_s = float(time_unit_s)
+    time_unit_s = _notes_and_time_unit(doc, loc, fail)
     ops = doc["ops"]
     if not isinstance(ops, list) or not ops:
         raise fail("must be a non-empty list of ops", field="ops", line=loc.key_line("ops"))
@@ -445,14 +450,7 @@ def parse_compute_graph(text: str, *, path: str | Path = "<string>", document: A
         value = doc.get(key, "x")
         if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
             raise fail("must be a non-empty string without control characters", field=key, line=loc.key_line(key))
-    for key in ("source", "notes"):
-        if doc.get(key) is not None and not isinstance(doc[key], str):
-            raise fail(f"must be a string, got {show(doc[key])}", field=key, line=loc.key_line(key))
-    time_unit_s = doc.get("time_unit_s", 1.0)
-    if (isinstance(time_unit_s, bool) or not isinstance(time_unit_s, int | float)
-            or not TIME_UNIT_RANGE_S[0] <= time_unit_s <= TIME_UNIT_RANGE_S[1]):
-        raise fail(f"must be a number of seconds in [{TIME_UNIT_RANGE_S[0]:g}, {TIME_UNIT_RANGE_S[1]:g}], "
-                   f"got {show(time_unit_s)}", field="time_unit_s", line=loc.key_line("time_unit_s"))
+    time_unit_s = _notes_and_time_unit(doc, loc, fail)
     kinds = doc["kinds"]
     if (not isinstance(kinds, list) or not kinds or len(set(map(str, kinds))) != len(kinds)
             or not all(isinstance(k, str) and _KIND.fullmatch(k) for k in kinds)):
