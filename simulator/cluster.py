@@ -28,11 +28,6 @@ class Cluster:
         """Placement of every running job, by job id."""
 
     @property
-    def num_busy_servers(self) -> int:
-        """Servers held by running jobs."""
-        return self.occupied_mask.bit_count()
-
-    @property
     def num_running_jobs(self) -> int:
         """Jobs currently running."""
         return len(self.held)

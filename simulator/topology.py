@@ -371,11 +371,6 @@ class RampTopology:
                     return block
         return None
 
-    @property
-    def num_words(self) -> int:
-        """64-bit words needed to hold one server bitmask."""
-        return (self.num_servers + 63) // 64
-
     @cached_property
     def degrees(self) -> tuple[int, ...]:
         """Partition degrees offered to policies: 1 and every even ``n <= max_degree`` with a shape.
