@@ -63,7 +63,7 @@ from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-PROG = "pacml-report"
+PROG = "pacml report"
 
 THROUGHPUT_UNIT_BPS = 1e7
 """Throughputs in the Markdown tables are in units of this many bytes per second."""
@@ -208,7 +208,7 @@ def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _fail(message: str) -> NoReturn:
-    """``pacml-report: error: message`` on one line of stderr, exit status 2."""
+    """``pacml report: error: message`` on one line of stderr, exit status 2."""
     sys.stderr.write(f"{PROG}: error: {' '.join(message.split())}\n")
     raise SystemExit(2)
 

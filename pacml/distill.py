@@ -269,7 +269,7 @@ __all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "
 
 
 # ---------------------------------------------------------------------------------- CLI
-PROG = "pacml-distill"
+PROG = "pacml distill"
 
 
 def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from workloads.io import clear_stale_temporaries
 
 log = logging.getLogger(__name__)
 
-PROG = "pacml-sim"
+PROG = "pacml sim"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "policy", "scenario", "experiment")
 #: What ``pacml sim``'s config holds, for the one check before any work (simulator/config.py).
 COMMAND = HydraCommand(PROG, "sim")

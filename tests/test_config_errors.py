@@ -81,7 +81,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], call, prog: str) -> str:
 ])
 def test_pacml_sim_bad_overrides_give_one_line_naming_the_key(capsys: pytest.CaptureFixture[str], args: list[str],
                                                               expected: str) -> None:
-    assert expected in one_line_error(capsys, lambda: preflight(SIM, args), "pacml-sim")
+    assert expected in one_line_error(capsys, lambda: preflight(SIM, args), "pacml sim")
 
 
 def test_an_enormous_episode_runs_when_asked_for_on_purpose() -> None:
@@ -131,17 +131,17 @@ def test_pacml_graph_argument_errors_are_one_line(capsys: pytest.CaptureFixture[
                                                   expected: str) -> None:
     from workloads.graph_cli import main
 
-    assert expected in one_line_error(capsys, lambda: main(args), "pacml-graph")
+    assert expected in one_line_error(capsys, lambda: main(args), "pacml graph")
 
 
 def test_pacml_report_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from analysis.report import main
 
-    assert "required: sweep_dir" in one_line_error(capsys, lambda: main([]), "pacml-report")
+    assert "required: sweep_dir" in one_line_error(capsys, lambda: main([]), "pacml report")
     afile = tmp_path / "a.txt"
     afile.write_text("x")
     assert f"--out: {afile}: exists and is not a directory" in one_line_error(
-        capsys, lambda: main([str(tmp_path), "--out", str(afile)]), "pacml-report")
+        capsys, lambda: main([str(tmp_path), "--out", str(afile)]), "pacml report")
 
 
 # ------------------------------------------------------------------- plug-ins outside the repo
@@ -187,7 +187,7 @@ def test_a_policy_yaml_in_the_users_folder_is_found_via_searchpath_and_config_di
         assert "widest beta=A" in proc.stdout + proc.stderr  # Hydra's log line
     typo = run_sim(plugin_dir, "--config-dir", "myconf", "policy=widst")
     assert typo.returncode == 2
-    assert typo.stderr.startswith("pacml-sim: error: unknown policy 'widst' (did you mean 'widest'?)")
+    assert typo.stderr.startswith("pacml sim: error: unknown policy 'widst' (did you mean 'widest'?)")
 
 
 def test_a_module_in_the_working_directory_replaces_the_default_policy(plugin_dir: Path) -> None:
@@ -198,7 +198,7 @@ def test_a_module_in_the_working_directory_replaces_the_default_policy(plugin_di
     assert "dropping policy.max_degree" in log and "dropping policy.mask" in log
     given = run_sim(plugin_dir, "policy._target_=widest.WidestFeasible", "policy.max_degree=4")
     assert given.returncode == 2
-    assert given.stderr == ("pacml-sim: error: field 'policy.max_degree': WidestFeasible takes no argument "
+    assert given.stderr == ("pacml sim: error: field 'policy.max_degree': WidestFeasible takes no argument "
                             "'max_degree' (it takes: cap)\n")
 
 

@@ -92,4 +92,4 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
     proc = subprocess.run([sys.executable, "-c", "from pacml.distill import main; main()", override,
                            f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"pacml-distill: error: {message}") and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"pacml distill: error: {message}") and proc.stderr.count("\n") == 1

@@ -118,14 +118,14 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
         main([str(target)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("pacml-report: error: ")
+    assert err.count("\n") == 1 and err.startswith("pacml report: error: ")
     assert str(target) in err
 
 
 def test_console_script_bad_input(tmp_path: Path) -> None:
     proc = subprocess.run([*REPORT, str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr == f"pacml-report: error: not a directory: {tmp_path / 'nope'}\n"
+    assert proc.stderr == f"pacml report: error: not a directory: {tmp_path / 'nope'}\n"
 
 
 def test_sweep_through_submitit_local(tmp_path: Path) -> None:

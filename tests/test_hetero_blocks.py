@@ -184,4 +184,4 @@ def test_cli_bad_bound_is_one_line(value: str, capsys: pytest.CaptureFixture[str
         preflight(COMMAND, ["cluster=ramp32_hetero", f"sim.hetero_block_search={value}"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("pacml-sim: error:") and "sim.hetero_block_search" in err
+    assert err.startswith("pacml sim: error:") and "sim.hetero_block_search" in err

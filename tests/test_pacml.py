@@ -363,7 +363,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(
 
 @pytest.mark.parametrize(("config_text", "problem"), [
     (None, "No such file"), ("ppo: [1, 2\n  bad: {\n", "while parsing a flow sequence"),
-    ("[1]\n", "not a pacml-train config"), ("beta: C\n", "not a pacml-train config")])
+    ("[1]\n", "not a pacml train config"), ("beta: C\n", "not a pacml train config")])
 def test_resume_with_a_damaged_run_config_is_one_line(tmp_path: Path, config_text: str | None, problem: str) -> None:
     from hydra import compose, initialize_config_dir
 
@@ -622,7 +622,7 @@ def test_pacml_train_command_trains_and_resumes(tmp_path: Path, caplog: pytest.L
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no stray output folder
     assert len(list((run / ".hydra").glob("resume-*"))) >= 1 and (run / ".hydra" / "config.yaml").is_file()
     bad = train(f"resume={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'r3'}")
-    assert bad.returncode == 2 and bad.stderr.strip().startswith("pacml-train: error: field 'resume'")
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("pacml train: error: field 'resume'")
     assert len(bad.stderr.strip().splitlines()) == 1
 
 

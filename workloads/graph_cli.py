@@ -47,7 +47,7 @@ from workloads.loaders import (
 )
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S
 
-PROG = "pacml-graph"
+PROG = "pacml graph"
 
 
 def _resolve(spec: str) -> list[Path]:

@@ -911,7 +911,7 @@ class Tally:
                 self.bad_status += 1
                 problem = problem or f"exit status {out.code}"
             lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
-            errors = [ln for ln in lines if ln.startswith(prog) and ": error: " in ln]
+            errors = [ln for ln in lines if ln.startswith(prog.replace("pacml-", "pacml ", 1)) and ": error: " in ln]
             if len(lines) != 1 or len(errors) != 1:
                 self.multi_line += 1
                 problem = problem or f"{len(lines)} lines on stderr"
@@ -1020,7 +1020,8 @@ def main(argv: list[str] | None = None) -> int:
             for line_args, atoms in random.Random(f"{args.seed}:{command}:console").sample(
                     lines, min(args.console_sample, len(lines))):
                 extra = ["--cfg", "job"] if command in HYDRA_COMMANDS else []
-                proc = subprocess.run([str(BIN / command), *line_args, *extra], capture_output=True, text=True,
+                sub = [str(BIN / "pacml"), command.removeprefix("pacml-")]  # `pacml SUB`: an alias adds a line
+                proc = subprocess.run([*sub, *line_args, *extra], capture_output=True, text=True,
                                       timeout=300, cwd=tmp)
                 console.add(command, line_args, atoms, Outcome(proc.returncode, proc.stderr))
             console_s = time.perf_counter() - start

@@ -35,7 +35,7 @@ from simulator.errors import ConfigError
 from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
-PROG = "pacml-train"
+PROG = "pacml train"
 GROUPS = ("cluster", "workload", "arrivals", "beta", "scenario")
 
 _COUNT, _POSITIVE, _UNIT = Rule(int, low=1), Rule(float, low=0.0, low_open=True), Rule(float, low=0.0, high=1.0)

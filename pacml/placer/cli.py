@@ -43,7 +43,7 @@ if typing.TYPE_CHECKING:
     from pacml.placer.trainer import PlacerTrainer
 
 log = logging.getLogger(__name__)
-PROG = "pacml-train-placer"
+PROG = "pacml train-placer"
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 _COUNT, _POSITIVE = Rule(int, low=1), Rule(float, low=0.0, low_open=True)

@@ -180,7 +180,7 @@ def test_cli_bad_split_ops_is_one_line(argv: list[str], expect: str, capsys: pyt
         preflight(COMMAND, argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("pacml-sim: error:") and expect in err
+    assert err.startswith("pacml sim: error:") and expect in err
 
 
 def test_model_parallel_scenario_runs_an_episode() -> None:

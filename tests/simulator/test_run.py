@@ -52,7 +52,7 @@ def test_bad_input_gives_one_clear_line(tmp_path: Path, args: list[str], expecte
     proc = run_sim(*args, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("pacml-sim: error: ")
+    assert proc.stderr.startswith("pacml sim: error: ")
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
 
@@ -63,7 +63,7 @@ def test_malformed_graph_file_names_file_line_and_field(tmp_path: Path) -> None:
                    "activation_size=1, parameter_size=1\n")
     proc = run_sim(f"workload.graphs={bad}", cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"pacml-sim: error: {bad}:1: field 'backward_compute_time': not a number: 'x'"
+    assert proc.stderr.strip() == f"pacml sim: error: {bad}:1: field 'backward_compute_time': not a number: 'x'"
 
 
 # ------------------------------------------------ a user's policy that breaks the interface
@@ -128,7 +128,7 @@ def test_a_user_policy_breaking_the_interface_is_one_line_naming_its_file_and_li
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    assert errors[0].startswith("pacml-sim: error: ") and expected in errors[0], errors[0]
+    assert errors[0].startswith("pacml sim: error: ") and expected in errors[0], errors[0]
 
 
 def test_a_user_policy_error_inside_a_sweep_keeps_its_file_and_line(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_a_user_policy_error_inside_a_sweep_keeps_its_file_and_line(tmp_path: Pa
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines()[-1] == (
-        "pacml-sim: error: mypolicies.py:23: mypolicies.Raises.decide raised KeyError: 'degree' (job 0)")
+        "pacml sim: error: mypolicies.py:23: mypolicies.Raises.decide raised KeyError: 'degree' (job 0)")
 
 
 def test_a_rerun_sweep_skips_finished_runs_and_clears_what_a_killed_run_left(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_a_policy_target_with_a_policy_sweep_is_refused_before_any_run(tmp_path:
                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == ("pacml-sim: error: policy._target_=x.Y with more than one policy= value "
+    assert proc.stderr == ("pacml sim: error: policy._target_=x.Y with more than one policy= value "
                            "(policy=para_max,min_feasible) would run the same class under each policy name: "
                            "give one policy= value or drop policy._target_\n")
     assert not (tmp_path / "sweep").exists()

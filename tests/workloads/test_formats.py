@@ -251,7 +251,7 @@ def test_pacml_graph_validate_says_the_format_and_convert_keeps_everything(tmp_p
     assert lines[0].startswith(f"ok {out} (pacml JSON version 2): bert24_training, 64 nodes (32 forward")
     assert "(dnn-partitioning JSON)" in lines[1] and "(PipeDream graph.txt)" in lines[2]
     assert lines[3] == f"bad {bad} (read as dnn-partitioning JSON)"
-    assert captured.err == f"pacml-graph: error: {bad}:1: field 'nodes[0].cpuLatency': missing\n"
+    assert captured.err == f"pacml graph: error: {bad}:1: field 'nodes[0].cpuLatency': missing\n"
     with pytest.raises(SystemExit) as code:
         main(["convert", "--version", "1", "bert24_training", str(tmp_path / "x.json")])
     assert code.value.code == 2 and "version 1 would lose them" in capsys.readouterr().err

@@ -190,7 +190,7 @@ def test_pacml_graph_and_pacml_sim_print_one_line_and_exit_2(tmp_path: Path, cap
     with pytest.raises(SystemExit) as code:
         main(["validate", str(bad)])
     assert code.value.code == 2
-    assert capsys.readouterr().err == (f"pacml-graph: error: {bad}:1: field 'forward_compute_time': "
+    assert capsys.readouterr().err == (f"pacml graph: error: {bad}:1: field 'forward_compute_time': "
                                        "not a number: '1,5' (fields are separated by ', ' and decimals use '.')\n")
     with pytest.raises(SystemExit) as code:
         main(["--time-unit-s", "-1", "validate", str(bad)])
@@ -198,7 +198,7 @@ def test_pacml_graph_and_pacml_sim_print_one_line_and_exit_2(tmp_path: Path, cap
     out = subprocess.run([sys.executable, "-c", "from simulator.run import main; main()", f"workload.graphs={bad}",
                           "progress=false", f"out_dir={tmp_path / 'out'}"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        f"pacml-sim: error: {bad}:1: field 'forward_compute_time': not a number: '1,5' "
+        f"pacml sim: error: {bad}:1: field 'forward_compute_time': not a number: '1,5' "
         "(fields are separated by ', ' and decimals use '.')"]
 
 

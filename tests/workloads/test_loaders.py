@@ -250,4 +250,4 @@ def test_pacml_graph_cli_converts_validates_and_reports(tmp_path: Path, capsys) 
     assert code.value.code == 2
     captured = capsys.readouterr()
     assert f"ok {out}" in captured.out
-    assert captured.err.strip() == f"pacml-graph: error: {bad}:1: field 'ops': must be a non-empty list of ops"
+    assert captured.err.strip() == f"pacml graph: error: {bad}:1: field 'ops': must be a non-empty list of ops"

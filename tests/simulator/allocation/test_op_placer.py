@@ -180,7 +180,7 @@ def test_cli_op_first_fit_rejects_an_op_placer_and_a_hetero_episode_runs(
         preflight(COMMAND, ["scenario=paper", "sim.placement=op_first_fit", "sim.op_placer=heft"])
     err = capsys.readouterr().err
     assert stop.value.code == 2
-    assert err.count("\n") == 1 and err.startswith("pacml-sim: error: field 'sim.op_placer'")
+    assert err.count("\n") == 1 and err.startswith("pacml sim: error: field 'sim.op_placer'")
     assert "needs sim.placement=block" in err and "Traceback" not in err
     out = tmp_path / "run"
     ok = subprocess.run([*SIM, "scenario=physical", "cluster=ramp32_hetero", "sim.op_placer=heft",

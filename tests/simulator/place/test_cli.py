@@ -63,7 +63,7 @@ def rejected(capsys: pytest.CaptureFixture[str], *args: str, config_dir: Path | 
         checked(*args, config_dir=config_dir)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("pacml-place: error: "), err
+    assert err.count("\n") == 1 and err.startswith("pacml place: error: "), err
     assert "Traceback" not in err
     return err
 

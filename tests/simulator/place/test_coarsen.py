@@ -152,7 +152,7 @@ def test_bad_parameters_give_one_line(capsys: pytest.CaptureFixture[str], args: 
         preflight(COMMAND, ["graph=resnet18", "method=coarse", *args])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("pacml-place: error: ") and expected in err, err
+    assert err.count("\n") == 1 and err.startswith("pacml place: error: ") and expected in err, err
 
 
 def test_inner_args_reach_the_inner_placer() -> None:

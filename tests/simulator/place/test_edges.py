@@ -31,7 +31,7 @@ def rejected(capsys: pytest.CaptureFixture[str], *args: str) -> str:
         preflight(COMMAND, list(args))
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("pacml-place: error: ") and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("pacml place: error: ") and "Traceback" not in err, err
     return err
 
 
@@ -227,7 +227,7 @@ def test_train_placer_refusals_name_the_key(capsys, tmp_path: Path) -> None:
             preflight(PLACER, list(args))
         assert exc.value.code == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("pacml-train-placer: error: "), err
+        assert err.count("\n") == 1 and err.startswith("pacml train-placer: error: "), err
         return err
 
     # The oneshot decoder's slots against every preset, before training (a 64-server block of
