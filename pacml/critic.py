@@ -9,7 +9,7 @@ summarise the cluster. This module instead regresses the planner's *estimates*:
 
 from features that say which servers are busy until when and which servers each degree would
 take (:func:`pacml.agent.features.server_features`, :func:`pacml.agent.features.take_features`). At decision
-time :class:`CriticPolicy` keeps the agent's action unless the critic predicts that another
+time :class:`PacMLCriticPolicy` keeps the agent's action unless the critic predicts that another
 feasible action blocks at least ``margin_jobs`` fewer jobs. Costs one small MLP forward pass.
 
 Training data come from ``pacml distill`` (:mod:`pacml.distill`).
@@ -173,7 +173,7 @@ def load_critic(path: str | Path) -> tuple[DeviationCritic, dict[str, Any]]:
     return critic, payload.get("meta", {})
 
 
-class CriticPolicy:
+class PacMLCriticPolicy:
     """The PAC-ML agent, overridden where the deviation critic predicts a clearly better action.
 
     Args:
@@ -330,5 +330,5 @@ class ConditionCritic:
         return deviation(self.critic, self.encoder, self.encoder.encode(job, state), state, base, self.margin_jobs)
 
 
-__all__ = ["CRITIC_FORMAT", "ConditionCritic", "CriticPolicy", "DeviationCritic", "critic_inputs", "load_critic", "save_critic",
+__all__ = ["CRITIC_FORMAT", "ConditionCritic", "PacMLCriticPolicy", "DeviationCritic", "critic_inputs", "load_critic", "save_critic",
            "standardiser", "train_critic"]

@@ -213,7 +213,7 @@ def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.n
     """
     import torch  # lazy: torch
 
-    from pacml.critic import CriticPolicy, save_critic, train_critic
+    from pacml.critic import PacMLCriticPolicy, save_critic, train_critic
 
     torch.set_num_threads(cfg.torch_threads)
     agent = PacMLBetaPolicy(cfg.checkpoint)
@@ -222,7 +222,7 @@ def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.n
     rows: list[dict[str, Any]] = []
     candidates = [math.inf, *sorted(cfg.critic_margins)]
     for margin in tqdm(candidates, disable=not progress, desc="critic margins", unit="margin"):
-        policy = CriticPolicy(critic_model=critic, agent=agent, margin_jobs=margin)
+        policy = PacMLCriticPolicy(critic_model=critic, agent=agent, margin_jobs=margin)
         rates, changed = [], []
         for seed in cfg.eval_seeds:
             sim = build_simulation(sim_config, seed=seed, feasibility=env.feasibility, workload=env.workload)

@@ -47,7 +47,8 @@ OLD_TARGETS: dict[str, str] = {
     "pacml.policy.PacMLPolicy": "pacml.agent.policy.PacMLBetaPolicy",
     "pacml.rewards.JobAcceptance": "pacml.agent.rewards.JobAcceptance",
     "pacml.rewards.AcceptedDemand": "pacml.agent.rewards.AcceptedDemand",
-    "pacml.adaptive.AdaptivePolicy": "pacml.adaptive.policy.AdaptivePolicy",
+    "pacml.adaptive.AdaptivePolicy": "pacml.adaptive.policy.PacMLPolicy",
+    "pacml.critic.CriticPolicy": "pacml.critic.PacMLCriticPolicy",
 }
 
 #: The shipped config directory (``conf/``).

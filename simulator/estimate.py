@@ -33,7 +33,7 @@ POLICY_COST_S: dict[str, tuple[float, float]] = {
     # The shipped agent: 0.5 / 0.7 / 0.9 ms on 32 / 512 / 4,096 servers at high load, 7 ms on 65,536;
     # 38 ms on a mostly free 65,536-server cluster (its free-block counts grow with free servers).
     "PacMLBetaPolicy": (5.0e-4, 6.0e-7),
-    "CriticPolicy": (8.0e-4, 9.0e-7),
+    "PacMLCriticPolicy": (8.0e-4, 9.0e-7),
     # Rollout planning: 0.2-0.3 s per decision on the paper cluster, 7.2 s on 65,536 servers.
     "RolloutLookahead": (0.3, 1.1e-4),
 }

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pacml.adaptive.conditions import sample_condition
-from pacml.adaptive.policy import AdaptivePolicy, ShadowCluster
+from pacml.adaptive.policy import PacMLPolicy, ShadowCluster
 from pacml.adaptive.selector import (
     CONDITION_FEATURES,
     RULE_FEATURES,
@@ -69,9 +69,9 @@ FIRST_AGENT = {"shadow_rules": 0, "shadow_margin": 3, "shadow_all_above_servers"
                "condition_critics": None, "feasible_fallback": False}
 
 
-def _agent(*args, **settings) -> AdaptivePolicy:
-    """:class:`AdaptivePolicy` with :data:`FIRST_AGENT`'s settings, then ``settings``."""
-    return AdaptivePolicy(*args, **{**FIRST_AGENT, **settings})
+def _agent(*args, **settings) -> PacMLPolicy:
+    """:class:`PacMLPolicy` with :data:`FIRST_AGENT`'s settings, then ``settings``."""
+    return PacMLPolicy(*args, **{**FIRST_AGENT, **settings})
 
 def test_rule_candidates_cover_every_offered_degree() -> None:
     small = build_topology(compose_sim_config(["scenario=paper"]))
@@ -274,7 +274,7 @@ def test_a_shadow_cluster_blocks_exactly_what_its_rule_blocks_on_the_real_cluste
     assert (shadow.decided, shadow.blocked) == (decided, blocked_now), rule.label
 
 
-def _run(policy: AdaptivePolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:
+def _run(policy: PacMLPolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:
     sim = build_simulation(cfg, seed=seed)
     policy.reset(seed)
     degrees = []
@@ -285,7 +285,7 @@ def _run(policy: AdaptivePolicy, cfg, seed: int = 5) -> tuple[float, list[int]]:
     return sim.finalize().summary["blocking_rate"], degrees
 
 
-def _episode(weights, **options) -> tuple[AdaptivePolicy, list[str]]:
+def _episode(weights, **options) -> tuple[PacMLPolicy, list[str]]:
     """One :data:`PAST_WINDOW` episode of an agent with stand-in ``weights``; the rules' labels."""
     cfg = compose_sim_config(PAST_WINDOW)
     policy = _agent(weights=weights, **options)
@@ -824,7 +824,7 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
     proc = subprocess.run([sys.executable, "-c", "from pacml.adaptive.train import main; main()", *args,
                            f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith(f"pacml-train-adaptive: error: {message}") and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"pacml train-adaptive: error: {message}") and proc.stderr.count("\n") == 1
 
 
 #: The first adaptive checkpoint, with the settings it was measured with (BENCHMARKS §10); the
@@ -855,7 +855,7 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
                               *([] if knn else MLP_SETTINGS)])
     assert cfg.policy.checkpoint == (name if knn else "paper_adaptive")  # the family's agent by default
     policy = build_policy(cfg)  # as pacml-sim builds it: the default checkpoint, 8 shadow clusters
-    assert isinstance(policy, AdaptivePolicy) and policy.meta["conditions"] > 100 and policy.shadow.shadow_rules == 8
+    assert isinstance(policy, PacMLPolicy) and policy.meta["conditions"] > 100 and policy.shadow.shadow_rules == 8
     assert (policy.weights.neighbours is not None) == knn and policy.selector.hold_until_window == knn
     assert (policy.selector.lookup_after_window, policy.selector.selector_margin, policy.shadow.shadow_margin, policy.decision.block_search,
             policy.shadow.shadow_blocks, policy.decision.horizon_guard, policy.decision.feasible_fallback) == (

@@ -10,8 +10,8 @@ from pacml.agent.env import compose_sim_config
 from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, server_features, take_features
 from pacml.agent.policy import PacMLBetaPolicy
 from pacml.critic import (
-    CriticPolicy,
     DeviationCritic,
+    PacMLCriticPolicy,
     load_critic,
     save_critic,
     standardiser,
@@ -142,7 +142,7 @@ def test_critic_with_an_infinite_margin_is_the_agent() -> None:
     cfg = compose_sim_config(SHORT)
     agent = PacMLBetaPolicy("paper_betaD")
     critic = DeviationCritic(GLOBAL_FEATURES + 64, ACTION_FEATURES + 33, hidden=8)
-    with_critic = build_simulation(cfg, seed=1).run(CriticPolicy(critic_model=critic, agent=agent, margin_jobs=np.inf))
+    with_critic = build_simulation(cfg, seed=1).run(PacMLCriticPolicy(critic_model=critic, agent=agent, margin_jobs=np.inf))
     alone = build_simulation(cfg, seed=1).run(agent)
     assert [r.degree for r in with_critic.records] == [r.degree for r in alone.records]
 
@@ -156,7 +156,7 @@ def test_critic_overrides_only_with_feasible_actions() -> None:
             p.zero_()
         critic.head[0].weight[0, 8 + 0] = 1.0  # hidden unit 0 = action feature 0, "is reject"
         critic.head[2].weight[0, 0] = -100.0  # reject predicted to block 100 fewer jobs
-    policy = CriticPolicy(critic_model=critic, agent=agent, margin_jobs=0.5)
+    policy = PacMLCriticPolicy(critic_model=critic, agent=agent, margin_jobs=0.5)
     result = build_simulation(compose_sim_config(SHORT), seed=0).run(policy)
     assert policy.stats["changed"] > 0
     assert result.summary["num_jobs_accepted"] == 0  # every job rejected, never an infeasible degree
@@ -164,9 +164,9 @@ def test_critic_overrides_only_with_feasible_actions() -> None:
 
 def test_missing_or_bad_critic_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="no critic checkpoint"):
-        CriticPolicy("nope")
+        PacMLCriticPolicy("nope")
     (tmp_path / "critic.pt").write_text("junk")
     with pytest.raises(ConfigError, match="cannot read critic"):
-        CriticPolicy(tmp_path)
+        PacMLCriticPolicy(tmp_path)
     with pytest.raises(ValueError, match="lack 'servers'"):
         train_critic({"scores": np.zeros((1, 17))})

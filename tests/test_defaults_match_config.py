@@ -1,5 +1,5 @@
 """Every code default equals the shipped config's value, so a class's signature (or a settings
-dataclass) describes what ships: ``AdaptivePolicy`` against ``conf/policy/pacml_adaptive.yaml``
+dataclass) describes what ships: ``PacMLPolicy`` against ``conf/policy/pacml_adaptive.yaml``
 (``policy=pacml``), and each trainer's settings dataclass against its ``conf/*.yaml`` section."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from pacml.adaptive.policy import AdaptivePolicy
+from pacml.adaptive.policy import PacMLPolicy
 from pacml.adaptive.train import AdaptiveTrainConfig
 from pacml.agent.ppo_config import PPOConfig
 from pacml.distill import DistillConfig
@@ -51,7 +51,7 @@ def _plain(value: Any) -> Any:
 
 PAIRS = [
     # (class, config, section, overrides, code parameters that are no config key)
-    (AdaptivePolicy, "sim", "policy", ("policy=pacml",), {"weights"}),
+    (PacMLPolicy, "sim", "policy", ("policy=pacml",), {"weights"}),
     (AdaptiveTrainConfig, "train_adaptive", "adaptive", (), set()),
     (DistillConfig, "distill", "distill", (), set()),
     (PPOConfig, "train", "ppo", (), set()),

@@ -441,7 +441,7 @@ SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
 def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
     """The shipped deviation critic names its agent and margin, and overrides some decisions of
     a short episode with feasible ones."""
-    from pacml.critic import CriticPolicy
+    from pacml.critic import PacMLCriticPolicy
     from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy
 
@@ -450,7 +450,7 @@ def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
         assert (folder / file).is_file(), file
     cfg = compose_sim_config(["scenario=paper", f"beta={beta}", "horizon_s=2e5", "policy=pacml_critic"])
     policy = build_policy(cfg)
-    assert isinstance(policy, CriticPolicy)
+    assert isinstance(policy, PacMLCriticPolicy)
     assert policy.margin_jobs == margin and policy.meta["agent_checkpoint"] == f"paper_beta{beta}"
     result = build_simulation(cfg, seed=0).run(policy)
     assert policy.stats["changed"] > 0
@@ -493,12 +493,12 @@ def test_old_target_paths_still_build_their_classes() -> None:
     for old_path, new_path in OLD_TARGETS.items():
         assert import_target(old_path, "x") is import_target(new_path, "x")
     # An old run of policy=pacml names the adaptive agent by its module path before pacml/adaptive/.
-    from pacml.adaptive.policy import AdaptivePolicy
+    from pacml.adaptive.policy import PacMLPolicy
 
     adaptive = compose_sim_config(["policy=pacml", "beta=C"])
     adaptive.policy._target_ = "pacml.adaptive.AdaptivePolicy"
     check_buildable(adaptive)
-    assert type(build_policy(adaptive)) is AdaptivePolicy
+    assert type(build_policy(adaptive)) is PacMLPolicy
 
 @pytest.mark.parametrize(("config", "overrides", "name", "field"), [
     ("pacml_beta", ["beta=uniform"], "paper_betaunnamed", "checkpoint"),
@@ -537,7 +537,7 @@ def test_a_per_beta_agent_without_a_checkpoint_for_the_condition_is_refused(
 def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_its_checkpoints() -> None:
     """``policy=pacml`` is one agent for every beta (the adaptive one); a per-beta checkpoint given to
     it, or an adaptive one given to ``policy=pacml_beta``, is one line naming the config that runs it."""
-    from pacml.adaptive.policy import AdaptivePolicy
+    from pacml.adaptive.policy import PacMLPolicy
     from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy
     from simulator.errors import ConfigError
@@ -545,7 +545,7 @@ def test_policy_pacml_is_the_adaptive_agent_and_each_config_names_the_other_for_
     for beta in "AD":
         cfg = compose_sim_config(["policy=pacml", f"beta={beta}"])
         assert cfg.policy.checkpoint == "paper_adaptive_knn"
-        assert isinstance(build_policy(cfg), AdaptivePolicy)
+        assert isinstance(build_policy(cfg), PacMLPolicy)
     assert compose_sim_config(["policy=pacml", "scenario=physical"]).policy.checkpoint == "physical_adaptive_knn"
     per_beta = SHIPPED_DIR / "paper_betaC"
     for config, checkpoint, hint in (("pacml", "paper_betaC", "policy=pacml_beta policy.checkpoint=paper_betaC"),
@@ -864,14 +864,14 @@ def _damaged(kind: str, good: Path, dest: Path) -> Path:
 
 
 def _loaders():
-    from pacml.adaptive.policy import AdaptivePolicy
+    from pacml.adaptive.policy import PacMLPolicy
     from pacml.critic import load_critic
     from pacml.placer.checkpoint import load_placer
     from pacml.shipped import SHIPPED_DIR
 
     return {
         "adaptive.npz": (SHIPPED_DIR / "paper_adaptive_knn" / "adaptive.npz",
-                         lambda p: AdaptivePolicy(str(p)), "policy.checkpoint"),
+                         lambda p: PacMLPolicy(str(p)), "policy.checkpoint"),
         "policy.pt": (SHIPPED_DIR / "paper_betaA" / "policy.pt", lambda p: PacMLBetaPolicy(str(p)), "policy.checkpoint"),
         "critic.pt": (SHIPPED_DIR / "paper_betaD_critic" / "critic.pt", lambda p: load_critic(str(p)), "policy.critic"),
         "placer.pt": (SHIPPED_DIR / "placers" / "placer_step" / "placer.pt", load_placer, "method.checkpoint"),

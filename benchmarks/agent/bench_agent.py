@@ -21,7 +21,7 @@ import torch
 
 from pacml.agent.env import compose_sim_config
 from pacml.agent.policy import PacMLBetaPolicy
-from pacml.critic import CriticPolicy
+from pacml.critic import PacMLCriticPolicy
 from simulator.build import build_simulation
 
 
@@ -35,7 +35,7 @@ def measure(checkpoint: str, episodes: int, overrides: list[str], critic: str | 
     for seed in range(episodes):
         policy = PacMLBetaPolicy(checkpoint)  # fresh embedding cache
         if critic is not None:
-            policy = CriticPolicy(critic, agent=policy)
+            policy = PacMLCriticPolicy(critic, agent=policy)
         sim = build_simulation(cfg, seed=seed)  # fresh placement/lookahead caches
         policy.reset(seed)
         while (job := sim.next_job()) is not None:

@@ -9,7 +9,7 @@ Read in this order:
 - ``selector``: rules as actions, the condition features seen from the arrivals
   (``ConditionTracker``), the rule selector (MLP and nearest-neighbour table, numpy) and its
   ``adaptive.npz`` checkpoint.
-- ``policy``: ``AdaptivePolicy``, the agent: the selector's pick, the shadow clusters, its settings.
+- ``policy``: ``PacMLPolicy``, the agent: the selector's pick, the shadow clusters, its settings.
 - ``train``: ``pacml train-adaptive``: the teacher search and the selector fit.
 
 Imports: the simulator, workloads, ``pacml.runfiles``, ``pacml.shipped``, the per-beta agent

@@ -1,6 +1,6 @@
 """The adaptive PAC-ML agent (``policy=pacml``): the rule selector's pick, corrected online by shadow clusters.
 
-:class:`AdaptivePolicy` decides each arriving job with the degree rule the selector
+:class:`PacMLPolicy` decides each arriving job with the degree rule the selector
 (:mod:`pacml.adaptive.selector`) scores best for the condition seen so far; :class:`ShadowCluster`
 copies of the cluster, each deciding every job with one fixed rule, let the condition's own
 evidence overrule the selector. Its settings are checked and grouped in three frozen dataclasses
@@ -129,7 +129,7 @@ class _Knobs:
 
 @dataclass(frozen=True)
 class SelectorKnobs(_Knobs):
-    """Which rule the selector's scores pick, job after job (``AdaptivePolicy``'s Args say how)."""
+    """Which rule the selector's scores pick, job after job (``PacMLPolicy``'s Args say how)."""
 
     selector_margin: float = _knob("number")
     lookup_after_window: bool = _knob("bool")
@@ -164,7 +164,7 @@ class DecisionKnobs(_Knobs):
     condition_critic_radius: float = _knob("number")
 
 
-class AdaptivePolicy:
+class PacMLPolicy:
     """The adaptive degree agent: pick the rule the selector scores best for the condition seen so
     far, and decide the job with it; optionally correct the selector online with shadow clusters.
 
