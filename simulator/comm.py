@@ -1,22 +1,14 @@
-"""Communication-time model for RAMP: point-to-point transfers and all-reduce collectives.
+"""Communication-time model for RAMP: point-to-point transfers and all-reduce collectives (spec §6).
 
-Spec §6. A point-to-point transfer between two servers takes
-``propagation latency + 2 x I/O latency + size / channel bandwidth`` (zero on one server or for
-zero bytes). RAMP links are single-hop and, under the RAMP rules, uncontended, so transfers of
-one job do not queue behind each other (as in the original).
-
-A *collective* (a symmetric group of dependencies, spec §6.1) uses the RAMP-x all-reduce cost
-model of the original (spec §6.3): a reduce-scatter then an all-gather over up to four
-hierarchical sub-groups of the servers touched (communication groups, server-in-rack indices,
-racks, and a last level), each step costing latency plus message / effective bandwidth, plus the
-reduction compute. Two quirks of the original are switches:
-
-* ``double_bandwidth_division`` (quirk §15.2): the original divides the transceiver bandwidth by
-  the number of communication groups a second time (1e11 instead of 4e11 B/s on the paper RAMP).
-* ``rack_index_only`` (quirk §15.3): racks are counted by rack index, not by (group, rack) pair.
-
-The ``paper`` preset keeps both (the numbers then match the original's); the physical preset
-turns both off.
+A point-to-point transfer takes ``propagation latency + 2 x I/O latency + size / channel
+bandwidth`` (zero on one server or for zero bytes); RAMP links are single-hop and uncontended, so
+a job's transfers never queue. A *collective* (a symmetric group of dependencies, spec §6.1) uses
+the original's RAMP-x all-reduce model (spec §6.3): a reduce-scatter then an all-gather over up to
+four hierarchical sub-groups of the servers touched, each step latency plus message / effective
+bandwidth, plus the reduction compute. The original's quirks are switches, both on in the
+``paper`` preset and off in the physical one: ``double_bandwidth_division`` (§15.2: the bandwidth
+divided by the number of communication groups twice) and ``rack_index_only`` (§15.3: racks
+counted by rack index, not by (group, rack) pair).
 """
 
 from __future__ import annotations

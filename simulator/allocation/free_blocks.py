@@ -1,20 +1,13 @@
 """Free symmetric blocks of one cluster occupancy, found without enumerating blocks.
 
-A block of shape ``(x, y, z)`` at origin ``(i, j, k)`` is free when the box
-``[i, i+x) x [j, j+y) x [k, k+z)`` of the occupancy grid holds no busy server; a diagonal
-``(n, n, -1)`` when the cells ``(i+t, j+t, k)``, ``t < n``, are all free. One pass over the grid
-builds a 3-D prefix sum (and, when a diagonal is asked for, a prefix sum along the diagonals),
-after which every origin is tested in O(1). So a search costs ``O(servers)`` once per occupancy
-plus ``O(free servers)`` per shape (only free servers can be origins), and the first-fit search
-stops at the first free origin;
-nothing is kept per block (at 65,536 servers a degree has ~10^5 blocks, each a 65,536-bit mask).
-
-The order is the original's first-fit scan order (:meth:`RampTopology.iter_blocks`): shapes in
-:meth:`RampTopology.block_shapes` order, then origins ascending, so results equal a scan of
-:meth:`RampTopology.blocks` (``tests/simulator/allocation/test_free_blocks.py`` checks it).
-
-A search may be restricted to a *region* (a sub-box of the grid, e.g. a job's block's bounding
-box): blocks outside it are not considered, and the scan order of those inside is unchanged.
+A block of shape ``(x, y, z)`` at origin ``(i, j, k)`` is free when the box ``[i, i+x) x [j, j+y)
+x [k, k+z)`` of the occupancy grid holds no busy server; a diagonal ``(n, n, -1)`` when the cells
+``(i+t, j+t, k)``, ``t < n``, are all free. A 3-D prefix sum (and one along the diagonals when
+asked for) tests any origin in O(1), so a search costs ``O(servers)`` once per occupancy plus
+``O(free servers)`` per shape, and nothing is kept per block. The order is the original's
+first-fit scan order (:meth:`RampTopology.iter_blocks`), so results equal a scan of
+:meth:`RampTopology.blocks` (tested). A search may be restricted to a *region* (a sub-box of the
+grid), keeping the scan order of the blocks inside it.
 """
 
 from __future__ import annotations

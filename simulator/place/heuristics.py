@@ -1,21 +1,14 @@
 """Heuristic op placers: HEFT, Baechi's m-TOPO / m-ETF / m-SCT, METIS min-cut and PipeDream.
 
-Every placer here decides per *group* (an op and its backward mirror; a colour class): the group
-goes where its first scheduled node goes, and its other nodes follow. Node times come from the
-bound objective (``objective.time_s``, N x D, ``inf`` where a kind cannot run a node) and transfer
-times from the device links (or an edge's fixed cost), so any device set works: heterogeneous
-speeds, CPU-only nodes, host-accelerator links. Placements are priced by the objective passed in;
-the list schedulers also report the makespan of *their own* schedule (``info["own_makespan_s"]``)
-beside the objective's value (``info["objective_s"]``), because their ordering differs from the
-step model's shortest-ready-first order.
-
-Memory: a group is only put on a device with room for all of it. When no device has room (or none
-can run it), the group goes to the capable device with the most free memory and
-``info["memory_fallback_groups"]`` counts it; the objective then prices the placement ``inf``.
-
-On a graph whose backward pass starts after the forward pass (dnn-partitioning training graphs),
-and for the ``latency`` objective, the schedulers work in two phases, forward then backward, as
-the objectives do.
+Every placer decides per *group* (an op and its backward mirror; a colour class): the group goes
+where its first scheduled node goes. Node times come from the bound objective (``inf`` where a
+kind cannot run a node) and transfer times from the links (or an edge's fixed cost), so any device
+set works. The list schedulers report their own schedule's makespan (``info["own_makespan_s"]``)
+beside the objective's value (``info["objective_s"]``): their order is not the step model's. A
+group goes only to a device with room for all of it; failing that, to the capable device with the
+most free memory (counted in ``info["memory_fallback_groups"]``; the objective prices it ``inf``).
+Graphs whose backward pass follows the forward pass, and the ``latency`` objective, are scheduled
+in two phases, as the objectives do.
 """
 
 from __future__ import annotations
