@@ -51,7 +51,7 @@ from simulator.topology import RampTopology
 from workloads.io import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
-PROG = "pacml-train-adaptive"
+PROG = "pacml train-adaptive"
 #: Training condition samples saved with a selector (:meth:`pacml.adaptive.selector.SelectorWeights.novelty`).
 REFERENCE_ROWS = 4096
 
