@@ -1,25 +1,13 @@
 """The op placer's graph corpus: pre-training graphs, the held-out real graphs, unseen graphs.
 
-Splits (see :func:`corpus`):
-
-* ``train``: the shipped real graphs not held out (:data:`TRAIN_REAL`: PipeDream profiles as
-  training steps, plus each PipeDream model's inference form ``<name>_inf``, and the
-  dnn-partitioning throughput inputs), the torch.fx exports of
-  ``workloads/data/placement_corpus/train/`` (training step and inference form ``_inf``), and
-  ``synthetic`` graphs drawn by :func:`workloads.synthetic_compute.random_name` from the families
-  ``layered``, ``chain``, ``towers`` and ``transformer`` with graph seeds in
-  :data:`TRAIN_SEEDS`;
-* ``heldout``: the six held-out real graphs (:data:`HELD_OUT_REAL`), never used in pre-training;
-* ``unseen_synthetic``: graphs of families and seeds disjoint from training (the "graphs nobody
-  here has" check): the torch.fx exports of ``placement_corpus/unseen/`` (ResNet-like, ViT-like;
-  both forms) and ``synthetic`` graphs drawn from every family including ``nasnet`` (kept out of
-  training) with graph seeds in :data:`UNSEEN_SEEDS`;
-* ``all``: the three above, in that order.
-
-The 10,000+ op scale test graph (a deep GPT-like decoder from torch.fx) is in no split:
-:func:`scale_graph` loads it (shipped gzip-compressed).
-
-Shipped graphs are read from disk once per process (cached); no torch or tracing is needed.
+Splits (:func:`corpus`): ``train`` (the shipped real graphs of :data:`TRAIN_REAL` with the
+PipeDream models' ``_inf`` forms, the torch.fx exports of ``workloads/data/placement_corpus/train/``
+in both forms, and ``synthetic`` graphs of :mod:`workloads.synthetic_compute` with seeds in
+:data:`TRAIN_SEEDS`); ``heldout`` (:data:`HELD_OUT_REAL`, never used in pre-training);
+``unseen_synthetic`` (the fx exports of ``placement_corpus/unseen/`` and synthetic graphs of every
+family, ``nasnet`` included, with seeds in :data:`UNSEEN_SEEDS`); ``all`` (the three, in that
+order). The 10,000+ op scale graph is in no split (:func:`scale_graph`). Shipped graphs are read
+once per process; no torch is needed.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""Big computation graphs (10,000-100,000 ops) for op placement at scale, built in seconds.
+"""Big computation graphs (10,000-100,000 ops) for op placement at scale, built in seconds (numpy only).
 
-Three families, each loadable by name (``pacml place graph=<name>``, see :func:`big_graph`):
+Three families, each loadable by name (``pacml place graph=<name>``, :func:`big_graph`):
 
-* ``<pipedream model>_x<k>`` (e.g. ``densenet121_x16``: 11,928 nodes; ``nasnetamobile_x16``: 26,142):
-  a shipped PipeDream graph split ``k`` ways by the cluster simulator's own partitioner
-  (:mod:`simulator.partition`, physical scenario: 10 us quantum, activation edge sizing). Nodes are
-  the sub-ops; a group is a forward sub-op and the same-index sub-op of its backward mirror;
-  edges are the non-sync dependencies (all-to-all between the sub-ops of consecutive ops).
-  Weight-sync messages are left out: they never gate a sub-op in the step model, and their
-  pairwise exchange would make the graph cyclic.
-* ``<pipedream model>_stack<L>`` (e.g. ``gnmt_stack8``): ``L`` copies of a shipped PipeDream
-  model chained end to end (copy ``i``'s loss op feeds copy ``i+1``'s first op), GDP's way of
-  reaching deep-model scale; backward mirrors as in any training graph.
-* ``transformer<L>`` (e.g. ``transformer350``: 50,400 nodes): ``L`` numpy-built transformer layers
-  of :data:`TRANSFORMER_HEADS` heads, each head's q/k/v projections and attention a node of
-  its own (72 forward ops a layer), with backward mirrors. Times come from FLOP counts at
-  :data:`GPU_FLOPS` and sizes from fp16 tensors; they are stand-ins of the right shape, not a
-  profile.
-
-Everything here is numpy; no torch.
+* ``<pipedream model>_x<k>`` (e.g. ``densenet121_x16``): a shipped PipeDream graph split ``k`` ways
+  by the cluster simulator's partitioner (physical scenario); nodes are the sub-ops, a group pairs
+  a forward sub-op with the same-index sub-op of its mirror, edges are the non-sync dependencies
+  (weight-sync messages never gate a sub-op and would make the graph cyclic);
+* ``<pipedream model>_stack<L>`` (e.g. ``gnmt_stack8``): ``L`` copies chained end to end (GDP's way
+  of reaching deep-model scale);
+* ``transformer<L>``: ``L`` transformer layers of :data:`TRANSFORMER_HEADS` heads, one node per
+  head's projection and attention (72 forward ops a layer), times from FLOPs at :data:`GPU_FLOPS`
+  and fp16 sizes (stand-ins of the right shape, not a profile).
 """
 
 from __future__ import annotations
