@@ -767,7 +767,7 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
             if command == "pacml-sim":
                 build_policy(cfg)
 
-        report_user_errors(command, build)
+        report_user_errors(cmd.prog, build)
 
     return body
 
@@ -785,7 +785,7 @@ def place_entry() -> Callable[[list[str]], None]:
             return
         cfg.gantt = False
         done: dict[str, Any] = {}
-        report_user_errors("pacml-place", lambda: done.update(summary=run_place(cfg, out, {})))
+        report_user_errors(COMMAND.prog, lambda: done.update(summary=run_place(cfg, out, {})))
         for claim in misleading_place_claims(done.get("summary")):
             print(f"{MISLEADING} {claim}", file=sys.stderr)
 
