@@ -643,7 +643,7 @@ def run_cli(prog: list[str], path: Path, accepted: bool) -> list[str]:
     else:
         if out.returncode != 2:
             problems.append(f"exit {out.returncode}, not 2")
-        name = f"pacml-{prog[1]}"  # `pacml graph` errors start "pacml graph: error:" (its PROG)
+        name = f"pacml {prog[1]}"  # `pacml graph` errors start "pacml graph: error:" (its PROG)
         if len(err_lines) != 1 or not err_lines[0].startswith(f"{name}: error: {path}"):
             problems.append(f"stderr is not one '{name}: error: {path}...' line: {out.stderr[-300:]!r}")
     return problems
