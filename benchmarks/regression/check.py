@@ -53,7 +53,14 @@ VOLATILE_KEYS = {
     "seconds", "duration_s", "updates_per_s", "steps_per_s", "sps", "method_class", "python",
     "hostname", "host", "machine", "git", "torch", "version", "versions", "command", "argv",
     "run_dir", "path", "paths", "checkpoint_path", "created", "date", "phase_s", "phases_s", "timing",
-    "teacher_search_s", "total_s", "update_s", "charts/SPS", "SPS",
+    "teacher_search_s", "total_s", "update_s", "charts/SPS", "SPS", "refine_s", "coarsen_s", "inner_s", "solver_time_s",
+}
+# Settings that issue 44 retired (each at its off value in every recorded run), which saved
+# configs and checkpoint metadata of the baseline still carry: left out wherever they appear
+# (per parent key), so a checkpoint is compared by what it learned and how it was trained.
+RETIRED_KEYS = {
+    "train_config": {"tune_neighbours", "jobs_per_server", "label_horizon_s"},
+    "distill": {"mode", "epochs", "learning_rate", "batch_size", "change_weight", "soft_temperature_jobs"},
 }
 VOLATILE_COLUMNS = {"wall_s", "wall_time_s", "time_s", "elapsed_s", "sps", "decision_wall_s", "update_s", "charts/SPS",
                     "events_per_s", "jobs_per_s", "lookahead_wall_s"}
@@ -107,10 +114,12 @@ def _run(cmd: str, args: list[str], cwd: Path, env: dict[str, str], check: bool 
     return proc.returncode
 
 
-def _clean(obj: Any) -> Any:
-    """``obj`` without volatile keys, floats as their repr (exact)."""
+def _clean(obj: Any, parent: str = "") -> Any:
+    """``obj`` without volatile and retired keys, floats as their repr (exact)."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in sorted(obj.items()) if k not in VOLATILE_KEYS and not k.endswith("_wall_s")}
+        retired = RETIRED_KEYS.get(parent, set())
+        return {k: _clean(v, k) for k, v in sorted(obj.items())
+                if k not in VOLATILE_KEYS and not k.endswith("_wall_s") and k not in retired}
     if isinstance(obj, list):
         return [_clean(v) for v in obj]
     if isinstance(obj, float):
@@ -138,7 +147,9 @@ def _csv_digest(path: Path) -> str:
 
 
 def _unwork(text: str) -> str:
-    return text.replace(WORK_DIR, WORK_TOKEN) if WORK_DIR else text
+    """``text`` with the run folder and the checkout (shipped checkpoints' paths) replaced by tokens."""
+    text = text.replace(WORK_DIR, WORK_TOKEN) if WORK_DIR else text
+    return text.replace(str(Path.cwd()), "<checkout>")
 
 
 def _json_digest(path: Path) -> str:
@@ -154,7 +165,11 @@ def _tensor_digest(path: Path) -> str:
         with np.load(path, allow_pickle=False) as data:
             for key in sorted(data.files):
                 h.update(key.encode())
-                h.update(np.ascontiguousarray(data[key]).tobytes())
+                value = data[key]
+                if key == "meta" and value.dtype == np.uint8:  # JSON metadata: cleaned like any JSON
+                    h.update(json.dumps(_clean(json.loads(value.tobytes().decode())), sort_keys=True).encode())
+                else:
+                    h.update(np.ascontiguousarray(value).tobytes())
         return h.hexdigest()[:20]
     import torch  # lazy: torch
 
@@ -165,8 +180,9 @@ def _tensor_digest(path: Path) -> str:
             h.update(prefix.encode())
             h.update(value.detach().contiguous().numpy().tobytes())
         elif isinstance(value, dict):
+            retired = RETIRED_KEYS.get(prefix.rsplit("/", 1)[-1], set())
             for k in sorted(value, key=str):
-                if str(k) in VOLATILE_KEYS:
+                if str(k) in VOLATILE_KEYS or str(k) in retired:
                     continue
                 walk(f"{prefix}/{k}", value[k])
         elif isinstance(value, (list, tuple)):
