@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("pacml.agent.train", "main", "train a per-beta PAC-ML agent with PPO"),
     "train-placer": ("pacml.placer.cli", "main", "pre-train the learned op placer"),
     "train-adaptive": ("pacml.adaptive.train", "main", "train the adaptive agent (teacher search, selector fit)"),
-    "distill": ("pacml.distill", "main", "distil the rollout planner into a deviation critic for a per-beta agent"),
+    "distill": ("pacml.critic.distill", "main", "distil the rollout planner into a deviation critic for a per-beta agent"),
 }
 
 

@@ -48,7 +48,7 @@ OLD_TARGETS: dict[str, str] = {
     "pacml.rewards.JobAcceptance": "pacml.agent.rewards.JobAcceptance",
     "pacml.rewards.AcceptedDemand": "pacml.agent.rewards.AcceptedDemand",
     "pacml.adaptive.AdaptivePolicy": "pacml.adaptive.policy.PacMLPolicy",
-    "pacml.critic.CriticPolicy": "pacml.critic.PacMLCriticPolicy",
+    "pacml.critic.CriticPolicy": "pacml.critic.policy.PacMLCriticPolicy",
 }
 
 #: The shipped config directory (``conf/``).
@@ -110,6 +110,11 @@ SIM_KEYS: dict[str, Rule] = {
     "sim.op_placer": Rule(str, non_empty=True),
     "sim.split_ops": Rule(bool),
     "sim.hetero_block_search": Rule(int, low=0),
+    "sim.pipeline": Rule(dict | None),  # scenario=pipeline; its keys: simulator.allocation.pipeline
+    "sim.pipeline.schedule": Rule(typing.Literal["1f1b", "gpipe"]),
+    "sim.pipeline.micro_batches": Rule(int, low=1),
+    "sim.pipeline.stage_placer": Rule(str, non_empty=True),
+    "sim.pipeline.state_factor": Rule(float, low=0.0),
     "workload.graphs": Rule(str | list[str], non_empty=True, required=True),
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),

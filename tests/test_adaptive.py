@@ -945,7 +945,7 @@ def test_condition_critic_applies_only_on_its_training_condition() -> None:
     """``policy.condition_critics``: the per-beta D critic is the paper's D at its load; the gate takes
     every whole window of that condition (validation seeds) and none of D at 1500, B at 1000 or the
     physical scenario (the same unit-free condition in milliseconds, drained)."""
-    from pacml.critic import ConditionCritic
+    from pacml.adaptive.condition_critics import ConditionCritic
     from pacml.shipped import resolve_checkpoint
 
     weights, _ = load_adaptive(resolve_checkpoint("paper_adaptive_knn", "adaptive.npz", "adaptive", "policy.checkpoint"))

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pacml.agent.train import COMMAND as TRAIN
-from pacml.distill import command as distill_command
+from pacml.critic.distill import command as distill_command
 from simulator.cli import preflight
 from simulator.run import COMMAND as SIM
 

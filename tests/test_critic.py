@@ -9,14 +9,8 @@ import torch
 from pacml.agent.env import compose_sim_config
 from pacml.agent.features import ACTION_FEATURES, GLOBAL_FEATURES, server_features, take_features
 from pacml.agent.policy import PacMLBetaPolicy
-from pacml.critic import (
-    DeviationCritic,
-    PacMLCriticPolicy,
-    load_critic,
-    save_critic,
-    standardiser,
-    train_critic,
-)
+from pacml.critic.model import DeviationCritic, load_critic, save_critic, standardiser, train_critic
+from pacml.critic.policy import PacMLCriticPolicy
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 
@@ -99,7 +93,7 @@ def test_critic_learns_when_another_degree_is_better_from_noisy_estimates(tmp_pa
     standardised, seed 0 stayed at chance (0.528) with AVX2 kernels or one thread. With them, all
     of seeds 0-19 learn within 25 epochs on AVX-512, AVX2 and the default kernels, 1 or 2
     threads (BENCHMARKS.md); 50 epochs leaves a 2x margin."""
-    from pacml.critic import critic_inputs
+    from pacml.critic.model import critic_inputs
 
     rng = np.random.default_rng(seed)
     critic, losses = train_critic(_synthetic_demos(2000, rng), epochs=50, hidden=32, batch_size=64, seed=seed)

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from pacml.adaptive.policy import PacMLPolicy
 from pacml.adaptive.train import AdaptiveTrainConfig
 from pacml.agent.ppo_config import PPOConfig
-from pacml.distill import DistillConfig
+from pacml.critic.distill import DistillConfig
 from pacml.placer.settings import NetConfig, PPOSettings
 
 #: Keys whose YAML value is an interpolation on the run's scenario and beta: the checkpoint of the

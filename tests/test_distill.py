@@ -9,7 +9,7 @@ import pytest
 
 from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
 from pacml.agent.policy import PacMLBetaPolicy
-from pacml.distill import DISTILL_SEED_BASE, DistillConfig, collect, load_demos
+from pacml.critic.distill import DISTILL_SEED_BASE, DistillConfig, collect, load_demos
 from simulator.build import build_simulation
 from simulator.policies.lookahead import RolloutLookahead
 
@@ -70,7 +70,7 @@ def test_no_demonstrations_is_a_clear_error() -> None:
 
 
 def test_existing_demonstrations_skip_collection(demos, tmp_path) -> None:
-    from pacml.distill import distill
+    from pacml.critic.distill import distill
 
     out, _, paths = demos
     cfg = DistillConfig(**{**SMALL, "critic_epochs": 1, "demos_dir": str(out / "demos")})
@@ -89,7 +89,7 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "from pacml.distill import main; main()", override,
+    proc = subprocess.run([sys.executable, "-c", "from pacml.critic.distill import main; main()", override,
                            f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"pacml distill: error: {message}") and proc.stderr.count("\n") == 1

@@ -441,7 +441,7 @@ SHIPPED_CRITICS = ["paper_betaB_critic", "paper_betaD_critic"]
 def test_shipped_critic_loads_and_acts(beta: str, margin: float) -> None:
     """The shipped deviation critic names its agent and margin, and overrides some decisions of
     a short episode with feasible ones."""
-    from pacml.critic import PacMLCriticPolicy
+    from pacml.critic.policy import PacMLCriticPolicy
     from pacml.shipped import SHIPPED_DIR
     from simulator.build import build_policy
 
@@ -674,7 +674,7 @@ def test_a_missing_checkpoint_fails_before_torch_is_imported() -> None:
     ("pacml.agent.train", ["ppo.total_steps=0"]),
     ("pacml.agent.train", ["nokey=1"]),
     ("pacml.agent.train", ["policy.block_search=-1"]),  # pacml-sim's: training would ignore it
-    ("pacml.distill", ["distill.episodes=0"]),
+    ("pacml.critic.distill", ["distill.episodes=0"]),
     ("pacml.adaptive.train", ["nokey=1"]),
     ("pacml.placer.cli", ["net.hidden=0"]),
 ])
@@ -865,7 +865,7 @@ def _damaged(kind: str, good: Path, dest: Path) -> Path:
 
 def _loaders():
     from pacml.adaptive.policy import PacMLPolicy
-    from pacml.critic import load_critic
+    from pacml.critic.model import load_critic
     from pacml.placer.checkpoint import load_placer
     from pacml.shipped import SHIPPED_DIR
 

@@ -21,7 +21,7 @@ import torch
 
 from pacml.agent.env import compose_sim_config
 from pacml.agent.policy import PacMLBetaPolicy
-from pacml.critic import PacMLCriticPolicy
+from pacml.critic.policy import PacMLCriticPolicy
 from simulator.build import build_simulation
 
 

@@ -754,7 +754,7 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
     elif command == "pacml-train":
         from pacml.agent.train import COMMAND as cmd
     else:
-        from pacml.distill import command as make
+        from pacml.critic.distill import command as make
         cmd = make()
 
     def body(argv: list[str]) -> None:

@@ -10,6 +10,8 @@ Read in this order:
   (``ConditionTracker``), the rule selector (MLP and nearest-neighbour table, numpy) and its
   ``adaptive.npz`` checkpoint.
 - ``policy``: ``PacMLPolicy``, the agent: the selector's pick, the shadow clusters, its settings.
+- ``condition_critics``: per-beta deviation critics applied on their own training condition (torch;
+  imported by ``policy`` only when ``policy.condition_critics`` names critics).
 - ``train``: ``pacml train-adaptive``: the teacher search and the selector fit.
 
 Imports: the simulator, workloads, ``pacml.runfiles``, ``pacml.shipped``, the per-beta agent

@@ -245,7 +245,7 @@ class PacMLPolicy:
             estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
         condition_critics: Per-beta deviation critics (``pacml distill``; names or paths), each
             applied only where the observed condition is its training condition
-            (:class:`pacml.critic.ConditionCritic`): the first that applies may change the rule's
+            (:class:`pacml.adaptive.condition_critics.ConditionCritic`): the first that applies may change the rule's
             degree. ``None``: none.
         condition_critic_radius: How close (feature spreads) a condition must be to a critic's.
         horizon_guard: With the paper's accounting, a job that would still run at the horizon
@@ -303,7 +303,7 @@ class PacMLPolicy:
         # The critics load torch (seconds): only once every plain setting above has been checked.
         self._condition_critics: list[Any] = []
         if self.decision.condition_critics:
-            from pacml.critic import ConditionCritic
+            from pacml.adaptive.condition_critics import ConditionCritic  # lazy: torch
 
             spread = weights.reference.std(axis=0)
             self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)

@@ -143,7 +143,7 @@ class RolloutLookahead:
         self._pool_source: int | None = None
         self.stats = {"decisions": 0, "planned": 0, "changed": 0}
         #: Expected blocked jobs per candidate degree at the last planned decision (``{}`` when
-        #: the last decision was not planned); read by distillation (``pacml.distill``).
+        #: the last decision was not planned); read by distillation (``pacml.critic.distill``).
         self.last_scores: dict[int, float] = {}
         self.reset(None)
 

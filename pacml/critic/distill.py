@@ -10,7 +10,7 @@ Distillation keeps the planner's quality at the agent's cost, in two phases:
    planner's expected blocked jobs per candidate degree. Each episode is one ``.npz`` shard
    written atomically, so an interrupted collection resumes where it stopped; episodes run in
    ``workers`` processes.
-2. **Critic.** A :class:`pacml.critic.DeviationCritic` learns the planner's expected blocked jobs
+2. **Critic.** A :class:`pacml.critic.model.DeviationCritic` learns the planner's expected blocked jobs
    per degree, and its margin is picked on validation seeds, the agent alone (no override)
    included: distillation never ships a critic that validated worse than the agent it corrects.
 
@@ -213,7 +213,8 @@ def fit_critic(sim_config: DictConfig, cfg: DistillConfig, demos: dict[str, np.n
     """
     import torch  # lazy: torch
 
-    from pacml.critic import PacMLCriticPolicy, save_critic, train_critic
+    from pacml.critic.model import save_critic, train_critic  # lazy: torch
+    from pacml.critic.policy import PacMLCriticPolicy  # lazy: torch
 
     torch.set_num_threads(cfg.torch_threads)
     agent = PacMLBetaPolicy(cfg.checkpoint)
