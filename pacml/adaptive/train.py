@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+import pacml.runfiles  # noqa: F401  (registers pacml_resume_output_subdir)
 from pacml.adaptive.conditions import sample_condition
 from pacml.adaptive.policy import start_rule_on
 from pacml.adaptive.selector import (
@@ -45,6 +46,10 @@ from pacml.adaptive.selector import (
 )
 from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
 from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
+from simulator.cli import HydraCommand, override_keys, preflight, report_user_errors
+from simulator.config import MAX_SEED, dataclass_rules, validate_config
+from simulator.config import Rule as KeyRule
+from simulator.errors import ConfigError
 from simulator.policies.heuristics import placed_decision
 from simulator.policies.lookahead import RolloutCluster
 from simulator.topology import RampTopology
@@ -345,8 +350,6 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
     val = [r for i, r in zip(index, results, strict=True) if i % cfg.val_every == 0]
     tr = [r for i, r in zip(index, results, strict=True) if i % cfg.val_every != 0]
     if not tr:
-        from simulator.errors import ConfigError
-
         raise ConfigError("no training condition finished within the time budget", field="adaptive.time_budget_s")
     weights, stats = fit(cfg, tr, val, out_dir, start + budget)
     weights.reference = reference_conditions(tr, cfg.seed)
@@ -507,8 +510,6 @@ def adaptive_run_dir(resume: str | None, default: str) -> str:
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    import pacml.runfiles  # noqa: F401  (registers pacml_resume_output_subdir)
-
     OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
 
 
@@ -517,29 +518,24 @@ _register_resolvers()
 
 def command() -> Any:
     """What ``pacml train-adaptive``'s config holds, for the one check before any work."""
-    from simulator.cli import HydraCommand, override_keys
-    from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
-
-    count, positive = Rule(int, low=1), Rule(float, low=0.0, low_open=True)
-    ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": Rule(int, low=20),
-              "size_spread_frac": Rule(float, low=0.0, high=1.0),
-              "workers": count, "seed": Rule(int, low=0, high=MAX_SEED),
-              "time_budget_s": Rule(float | None, low=0.0, low_open=True),
-              "teacher_budget_frac": Rule(float, low=0.0, low_open=True, high=1.0), "val_every": Rule(int, low=2),
-              "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": Rule(float, low=0.0),
-              "torch_threads": count, "batch_rows": count, "minibatch_rows": Rule(int | None, low=1),
-              "core_frac": Rule(float, low=0.0, high=1.0),
-              "scenario": Rule(Literal["paper", "physical"]), "window": Rule(int, low=2),
-              "neighbours": Rule(int | None, low=1), "block_search": Rule(int, low=0)}
-    keys = {"progress": Rule(bool), "resume": Rule(str | None, non_empty=True),
-            "refit": Rule(str | None, non_empty=True),
+    count, positive = KeyRule(int, low=1), KeyRule(float, low=0.0, low_open=True)
+    ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": KeyRule(int, low=20),
+              "size_spread_frac": KeyRule(float, low=0.0, high=1.0),
+              "workers": count, "seed": KeyRule(int, low=0, high=MAX_SEED),
+              "time_budget_s": KeyRule(float | None, low=0.0, low_open=True),
+              "teacher_budget_frac": KeyRule(float, low=0.0, low_open=True, high=1.0), "val_every": KeyRule(int, low=2),
+              "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": KeyRule(float, low=0.0),
+              "torch_threads": count, "batch_rows": count, "minibatch_rows": KeyRule(int | None, low=1),
+              "core_frac": KeyRule(float, low=0.0, high=1.0),
+              "scenario": KeyRule(Literal["paper", "physical"]), "window": KeyRule(int, low=2),
+              "neighbours": KeyRule(int | None, low=1), "block_search": KeyRule(int, low=0)}
+    keys = {"progress": KeyRule(bool), "resume": KeyRule(str | None, non_empty=True),
+            "refit": KeyRule(str | None, non_empty=True),
             **dataclass_rules("adaptive", AdaptiveTrainConfig, ranges)}
 
     class _Command(HydraCommand):
         def validate(self, cfg: Any, overrides: Any) -> Any:
             cfg = validate_config(cfg, keys=self.keys, plugins=(), given=override_keys(overrides))
-            from simulator.errors import ConfigError
-
             if cfg.get("resume") and not (Path(str(cfg.resume)) / CONFIG_FILE).is_file():
                 raise ConfigError(f"no pacml train-adaptive run at {cfg.resume} (no {CONFIG_FILE})", field="resume")
             if cfg.get("refit"):
@@ -562,8 +558,6 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
     """Train (or resume) from a composed ``conf/train_adaptive.yaml``."""
     from omegaconf import OmegaConf
 
-    from simulator.errors import ConfigError
-
     resumed = bool(cfg.get("resume"))
     if resumed:
         out_dir = Path(str(cfg.resume))
@@ -581,8 +575,6 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
     if cfg.get("refit"):
         conditions_dir = Path(str(cfg.refit)) / "conditions"
         if not resumed:  # a resumed refit's saved config already holds the merged settings
-            from simulator.cli import override_keys
-
             # The source run's settings (its search's describe the conditions fitted on), then
             # the fit settings given on this command line.
             source = OmegaConf.load(Path(str(cfg.refit)) / CONFIG_FILE)
@@ -610,8 +602,6 @@ def main() -> None:
 
     import hydra
     from hydra.core.hydra_config import HydraConfig
-
-    from simulator.cli import preflight, report_user_errors
 
     cmd = command()
 

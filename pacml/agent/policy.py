@@ -55,7 +55,7 @@ def load_policy(path: str | Path, field: str = "policy.checkpoint") -> tuple[Act
     """Load a policy checkpoint: the model (eval mode), its encoder and its metadata; a bad ``path`` is a
     ConfigError on ``field`` (the key that named it)."""
     payload = load_payload(path, "policy.pt", POLICY_FORMAT, "policy", field)
-    from pacml.agent.model import ActorCritic
+    from pacml.agent.model import ActorCritic  # lazy: torch
 
     model = ActorCritic(**payload["model_config"])
     model.load_state_dict(payload["model"])
@@ -146,7 +146,7 @@ class PacMLBetaPolicy:
         if emb is None:
             import torch
 
-            from pacml.agent.model import graph_data
+            from pacml.agent.model import graph_data  # lazy: torch
 
             with torch.no_grad():
                 emb = self.model.embed([graph_data(self.encoder.graph(job.graph))])

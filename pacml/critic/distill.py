@@ -40,6 +40,8 @@ from pacml.agent.features import server_features, take_features
 from pacml.agent.policy import PacMLBetaPolicy, load_policy
 from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
+from simulator.cli import HydraCommand, preflight, report_user_errors
+from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
 from simulator.errors import ConfigError
 from simulator.policies.lookahead import RolloutLookahead
 from workloads.io import atomic_write, atomic_write_json
@@ -294,9 +296,6 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 def command() -> Any:
     """What ``pacml distill``'s config holds, for the one check before any work (simulator/schema.py)."""
-    from simulator.cli import HydraCommand
-    from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, dataclass_rules
-
     count = Rule(int, low=1)
     ranges = {
         "checkpoint": Rule(str, non_empty=True), "episodes": count, "workers": count, "window_jobs": count,
@@ -316,8 +315,6 @@ def main() -> None:
 
     import hydra
     from hydra.core.hydra_config import HydraConfig
-
-    from simulator.cli import preflight, report_user_errors
 
     cmd = command()
 
