@@ -115,3 +115,39 @@ def test_allocation_and_op_placement_keep_their_layer(folder: str) -> None:
     for path in sorted((ROOT / folder).rglob("*.py")):
         bad = {n for n in _project_imports(path) if any(n == m or n.startswith(m + ".") for m in BELOW[folder])}
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+#: pacml's one-way order: the leaves (runfiles, shipped) <- agent (per-beta) <- critic <- adaptive; the
+#: learned op placer (placer/) beside them, below none of the job-level agents. What each may not import:
+PACML_NEVER = {
+    "pacml/agent": ("pacml.critic", "pacml.adaptive", "pacml.placer", "pacml.cli"),
+    "pacml/critic": ("pacml.adaptive", "pacml.placer", "pacml.cli"),
+    "pacml/adaptive": ("pacml.placer", "pacml.cli"),
+    "pacml/placer": ("pacml.agent", "pacml.critic", "pacml.adaptive", "pacml.cli"),
+}
+#: The one crossing: the per-beta agent's ppo.random_conditions draws the adaptive agent's training
+#: conditions, from the conditions leaf.
+PACML_ALLOWED = {"pacml/agent/ppo.py": {"pacml.adaptive.conditions"}}
+#: pacml's leaves: what each may import of the project.
+PACML_LEAVES = {
+    "pacml/runfiles.py": {"simulator.errors", "workloads.io"},
+    "pacml/shipped.py": {"pacml.runfiles", "simulator.errors"},
+    "pacml/adaptive/conditions.py": {"simulator.errors", "simulator.topology"},
+}
+
+
+@pytest.mark.parametrize("folder", sorted(PACML_NEVER))
+def test_pacml_subpackages_import_one_way(folder: str) -> None:
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        ok = PACML_ALLOWED.get(rel, set())
+        bad = {n for n in _project_imports(path) if any(n == m or n.startswith(m + ".") for m in PACML_NEVER[folder])
+               and not any(n == a or n.startswith(a + ".") for a in ok)}
+        assert not bad, f"{rel} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("rel", sorted(PACML_LEAVES))
+def test_pacml_leaves_import_nothing_above_them(rel: str) -> None:
+    found = {name for name in _project_imports(ROOT / rel)
+             if not any(name == ok or name.startswith(ok + ".") for ok in PACML_LEAVES[rel])}
+    assert not found, f"{rel} imports {sorted(found)}"
