@@ -15,6 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from simulator.allocation.first_fit import FirstFitAllocator
 from simulator.allocation.op_placer import build_block_op_placer
+from simulator.allocation.pipeline import build_pipeline
 from simulator.comm import RampCommModel
 from simulator.config import MAX_TIME_SCALE, import_target, instantiate_checked
 from simulator.errors import ConfigError
@@ -46,6 +47,9 @@ class SimKnobs:
         hetero_block_search: On a cluster of several server kinds, how many free blocks of a degree
             a job may go to when its first-fit placement misses its target (0: first fit only;
             see ``simulator.feasibility``). Ignored on a cluster of one kind.
+        pipeline: ``None``, or the ``sim.pipeline`` settings: every job runs as a pipeline on its
+            block (``scenario=pipeline``; ``simulator.allocation.pipeline``). Needs
+            ``placement=block``, ``split_ops=false`` and ``op_placer=first_fit``.
     """
 
     min_op_time_s: float = 0.01
@@ -55,6 +59,7 @@ class SimKnobs:
     op_placer: str = "first_fit"
     split_ops: bool = True
     hetero_block_search: int = DEFAULT_HETERO_BLOCK_SEARCH
+    pipeline: Mapping[str, Any] | None = None
 
 
 def build_topology(cfg: DictConfig | Mapping[str, Any]) -> RampTopology:
@@ -83,6 +88,8 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
                                   split_sizes=sizes, split_ops=knobs.split_ops)
         if knobs.placement not in ("op_first_fit", "block"):
             raise ValueError(f"placement mode must be 'op_first_fit' or 'block', got {knobs.placement!r}")
+        if knobs.pipeline is not None:
+            return _pipeline_feasibility(topology, knobs, partitioner)
         op_placer = build_block_op_placer(knobs.op_placer, topology, partitioner, knobs.placement)
         placer = FirstFitAllocator(topology, partitioner, knobs.placement, op_placer)  # type: ignore[arg-type]
     except ConfigError:
@@ -92,6 +99,19 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
     comm = RampCommModel(topology, double_bandwidth_division=knobs.comm_quirks,
                          rack_index_only=knobs.comm_quirks)
     return Feasibility(topology, placer, StepModel(partitioner, comm), knobs.hetero_block_search)
+
+
+def _pipeline_feasibility(topology: RampTopology, knobs: SimKnobs, partitioner: Partitioner) -> Feasibility:
+    """:func:`build_feasibility` for ``sim.pipeline`` (pipeline jobs; the step model is the pipeline's)."""
+    if not isinstance(knobs.pipeline, Mapping):
+        raise ConfigError(f"must be a mapping of pipeline settings or null, got {knobs.pipeline!r}", field="sim.pipeline")
+    for key, value, want in (("placement", knobs.placement, "block"), ("split_ops", knobs.split_ops, False),
+                             ("op_placer", knobs.op_placer, "first_fit")):
+        if value != want:
+            raise ConfigError(f"a pipeline job holds a block and runs whole ops on its stages: needs sim.{key}="
+                              f"{str(want).lower()}, got {value!r}", field=f"sim.{key}")
+    placer, step_model = build_pipeline(topology, knobs.pipeline, partitioner)
+    return Feasibility(topology, placer, step_model, knobs.hetero_block_search)  # type: ignore[arg-type]
 
 
 def _time_scales(wl: Any, num_graphs: int) -> list[float] | None:

@@ -15,9 +15,12 @@ Modules:
   whose servers have room; sub-ops chain onto their parents' servers), its result
   :class:`~simulator.allocation.first_fit.Placement` and the lookahead cache's signature;
 * :mod:`~simulator.allocation.op_placer`: the bridge, an op placer of ``conf/method/`` run inside the
-  job's allocated block (``sim.placement=block``, ``sim.op_placer=<method>``).
+  job's allocated block (``sim.placement=block``, ``sim.op_placer=<method>``);
+* :mod:`~simulator.allocation.pipeline`: pipeline jobs (``scenario=pipeline``, ``sim.pipeline``): a
+  job holds a block and runs as a pipeline on it, cut by a stage placer of ``conf/method/``.
 
 May import: :mod:`simulator.topology`, :mod:`simulator.partition`, :mod:`simulator.config`,
-:mod:`simulator.errors`, :mod:`simulator.place` (op_placer only) and :mod:`workloads`; never the
+:mod:`simulator.errors`, :mod:`simulator.place` (op_placer and pipeline only), :mod:`simulator.step_model`
+(pipeline only) and :mod:`workloads`; never the
 cluster state, the simulation loop, policies or the commands (``tests/test_layering.py``).
 """

@@ -1,0 +1,280 @@
+"""Pipeline-parallel jobs (``scenario=pipeline``, ``sim.pipeline``): a job at degree ``k`` holds a
+block of ``k`` servers and runs as a pipeline of at most ``k`` stages on them.
+
+The cut comes from a stage placer (any ``conf/method/`` placer, ``sim.pipeline.stage_placer``)
+run with the ``pipeline`` objective on the block's servers (:func:`ramp_block_devices`, in the
+block's server order) and the job's graph cut into ``M`` micro-batches
+(:func:`micro_batch_graph`); the iteration time and memory per stage are those of
+:mod:`simulator.place.pipeline_schedule` (one cost model). A step of the simulator is one
+iteration, so ``JCT = steps x iteration time`` (converted from seconds to the simulator's clock).
+A stage over its server's memory, or a placement that is not a pipeline, makes the block
+unplaceable (``no_placement``). The cut depends on the graph, the degree and the kinds of the
+block's servers in order (every link of a block is alike), so it is computed once per such key.
+Formulas and keys: docs/pipeline.md ("scenario=pipeline").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from simulator.allocation.first_fit import FirstFitAllocator, Placement
+from simulator.allocation.op_placer import method_node
+from simulator.config import instantiate_checked
+from simulator.errors import ConfigError, one_line
+from simulator.partition import Partitioner
+from simulator.place.devices import ramp_block_devices
+from simulator.place.objectives import PipelineObjective, PlacementError
+from simulator.place.pipeline_schedule import (
+    PipelineEstimate,
+    PipelineSettings,
+    micro_batch_graph,
+    pipeline_estimate,
+    training_graph_bytes,
+)
+from simulator.step_model import StepResult
+from simulator.topology import Block, RampTopology, Shape
+from workloads.compute_graph import ComputeGraph
+from workloads.graph import TrainingGraph
+
+log = logging.getLogger(__name__)
+
+#: ``sim.pipeline`` keys and their defaults.
+DEFAULTS: dict[str, Any] = {"schedule": "1f1b", "micro_batches": 8, "state_factor": 4.0, "stage_placer": "pipedream"}
+
+
+@dataclass(frozen=True)
+class PipelineCut:
+    """A job's pipeline on one block (per graph, degree and the block's kinds in order).
+
+    Attributes:
+        node_device: Device (index into the block's servers) of every node of the job's
+            :class:`ComputeGraph` (forward nodes, then backward).
+        estimate: The model's iteration time, stage costs and memory (seconds, bytes), or ``None``
+            when the placer's placement is not a pipeline.
+        iteration_s: One iteration on the simulator's clock (``inf`` when infeasible).
+        feasible: Every stage fits its server and the placement is a pipeline.
+        reason: Why not (one line), or ``""``.
+    """
+
+    node_device: NDArray[np.int64]
+    estimate: PipelineEstimate | None
+    iteration_s: float
+    feasible: bool
+    reason: str
+
+
+def job_compute_graph(graph: TrainingGraph, micro_batches: int) -> ComputeGraph:
+    """The graph a stage placer sees for ``graph``: its training step in seconds
+    (:meth:`ComputeGraph.from_training_graph`) cut into ``micro_batches`` micro-batches."""
+    return micro_batch_graph(ComputeGraph.from_training_graph(graph), micro_batches)
+
+
+def pipeline_cut(graph: TrainingGraph, devices_servers: tuple[int, ...], topology: RampTopology,
+                 settings: PipelineSettings, placer: Any, seed: int = 0) -> PipelineCut:
+    """Run ``placer`` (``place(objective, *, seed)``) with the ``pipeline`` objective on the
+    servers ``devices_servers`` (in that order) and price its placement (module docstring)."""
+    m = settings.micro_batches
+    g = job_compute_graph(graph, m)
+    devices = ramp_block_devices(topology, devices_servers, name=f"ramp_block({len(devices_servers)} servers)")
+    objective = PipelineObjective(g, devices)
+    placement = np.asarray(placer.place(objective, seed=seed).placement, dtype=np.int64)
+    params, acts = training_graph_bytes(graph)
+    try:
+        # Activations are stashed per micro-batch: the profile's mini-batch activations / M.
+        est = pipeline_estimate(objective, placement, settings, parameter_bytes=params, activation_bytes=acts / m)
+    except PlacementError as exc:
+        return PipelineCut(placement, None, float("inf"), False, one_line(str(exc)))
+    # Seconds to the simulator's clock (the graph's time unit: 1 s in the physical scenario).
+    iteration = est.iteration_s / graph.forward.time_unit_s
+    return PipelineCut(placement, est, iteration, est.feasible, est.reason)
+
+
+class PipelineJobs:
+    """Cuts and iteration times of pipeline jobs, cached per ``(graph, degree, kinds in order)``.
+
+    Args:
+        topology: The cluster.
+        settings: Schedule, micro-batches, state factor.
+        stage_placer: The ``sim.pipeline.stage_placer`` name (for logs and the summary).
+        placer: Any object with ``place(objective, *, seed) -> PlacerResult``.
+        seed: Seed passed to the placer.
+    """
+
+    def __init__(self, topology: RampTopology, settings: PipelineSettings, stage_placer: str, placer: Any,
+                 seed: int = 0) -> None:
+        self.topology = topology
+        self.settings = settings
+        self.stage_placer = stage_placer
+        self.placer = placer
+        self.seed = seed
+        self._kinds = topology.server_kind_index.tolist()
+        self._cuts: dict[tuple[str, int, tuple[int, ...]], PipelineCut] = {}
+        self.calls = 0
+        """Placer runs (cache misses)."""
+        self.wall_s = 0.0
+        """Wall time in the placer and the model."""
+        self.infeasible = 0
+        """Cuts found infeasible (memory, or not a pipeline)."""
+
+    def kinds(self, servers: tuple[int, ...]) -> tuple[int, ...]:
+        """Kind index of every server, in order."""
+        kinds = self._kinds
+        return tuple([kinds[s] for s in servers])
+
+    def cut(self, graph: TrainingGraph, servers: tuple[int, ...]) -> PipelineCut:
+        """The job's pipeline on ``servers`` (a block, in its order); cached by the servers' kinds."""
+        key = (graph.fingerprint, len(servers), self.kinds(servers))
+        found = self._cuts.get(key)
+        if found is None:
+            t0 = time.perf_counter()
+            self.calls += 1
+            found = pipeline_cut(graph, servers, self.topology, self.settings, self.placer, self.seed)
+            if not found.feasible:
+                self.infeasible += 1
+                log.debug("%s at degree %d on kinds %s: %s", graph.name, len(servers), key[2], found.reason)
+            self._cuts[key] = found
+            self.wall_s += time.perf_counter() - t0
+        return found
+
+    def cut_of(self, graph: TrainingGraph, degree: int, kinds: tuple[int, ...]) -> PipelineCut:
+        """A cut already computed (by :meth:`cut`) for ``graph`` at ``degree`` on ``kinds``."""
+        return self._cuts[(graph.fingerprint, degree, kinds)]
+
+    def info(self) -> dict[str, Any]:
+        """Counters for ``summary.json``."""
+        s = self.settings
+        return {"pipeline_stage_placer": self.stage_placer, "pipeline_schedule": s.schedule,
+                "pipeline_micro_batches": s.micro_batches, "pipeline_placer_calls": self.calls,
+                "pipeline_infeasible_cuts": self.infeasible, "pipeline_placer_wall_s": self.wall_s}
+
+
+class PipelineAllocator(FirstFitAllocator):
+    """Block allocation for pipeline jobs: the first free block of ``degree`` servers (or the one
+    given), all of it held by the job; each op runs on the server of its stage. ``None`` when the
+    cut does not fit (:class:`PipelineCut`). The placement's signature is the cut's key, so the
+    step model finds the cut again."""
+
+    def __init__(self, topology: RampTopology, partitioner: Partitioner, jobs: PipelineJobs) -> None:
+        super().__init__(topology, partitioner, "block", None)
+        self.jobs = jobs
+        self.op_placer_name = f"pipeline:{jobs.stage_placer}"
+
+    def _place_shifted(self, graph: TrainingGraph, degree: int, shape: Shape, origin: int,
+                       block: Block | None = None) -> Placement | None:
+        if block is None:
+            block = self.topology.block_from_server(shape, origin)
+        servers = block.servers
+        cut = self.jobs.cut(graph, servers)
+        if not cut.feasible:
+            return None
+        n = graph.forward.num_ops
+        op_servers = tuple([(servers[d],) for d in cut.node_device[:n].tolist()])
+        return Placement(op_servers, tuple(sorted(servers)), block.mask,
+                         ("pipeline", self.jobs.kinds(servers)))
+
+
+class PipelineStepModel:
+    """One training step of a pipeline job = one iteration of its pipeline (the lookahead of
+    :class:`~simulator.feasibility.Feasibility` in ``scenario=pipeline``).
+
+    ``compute_s`` is the stages' compute over the iteration (``M x`` the per-micro-batch compute,
+    summed over stages); ``comm_s`` the same for their transfers. ``partitioner`` (no op split)
+    gives the records' ``cluster_bytes``.
+    """
+
+    def __init__(self, partitioner: Partitioner, jobs: PipelineJobs) -> None:
+        self.partitioner = partitioner
+        self.jobs = jobs
+        self._cache: dict[tuple, StepResult] = {}
+        self.num_lookaheads = 0
+        self.num_cache_hits = 0
+        self.lookahead_wall_s = 0.0
+
+    def step(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
+        """The iteration of ``graph`` at ``degree`` on ``placement`` (a :class:`PipelineAllocator` one)."""
+        key = (graph.fingerprint, degree, placement.signature)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self.num_cache_hits += 1
+            return hit
+        t0 = time.perf_counter()
+        tag, kinds = placement.signature
+        if tag != "pipeline":
+            raise ValueError("not a pipeline placement")
+        cut = self.jobs.cut_of(graph, degree, kinds)
+        est = cut.estimate
+        assert est is not None
+        m, unit = est.settings.micro_batches, graph.forward.time_unit_s
+        st = est.stages
+        result = StepResult(step_time_s=cut.iteration_s, compute_s=float(m * st.compute_s.sum()) / unit,
+                            comm_s=float(m * st.comm_s.sum()) / unit, num_sub_ops=len(cut.node_device),
+                            num_deps=int(graph.num_edges))
+        self._cache[key] = result
+        self.num_lookaheads += 1
+        self.lookahead_wall_s += time.perf_counter() - t0
+        return result
+
+    def cache_info(self) -> dict[str, Any]:
+        """Lookahead counters and the pipeline's (for ``summary.json``)."""
+        return {"lookaheads": self.num_lookaheads, "lookahead_cache_hits": self.num_cache_hits,
+                "lookahead_wall_s": self.lookahead_wall_s, **self.jobs.info()}
+
+
+def _message(exc: ConfigError) -> str:
+    """A :class:`ConfigError`'s message without its ``field '...':`` prefix."""
+    text = str(exc)
+    prefix = f"field '{exc.field}': "
+    return text[len(prefix):] if exc.field and text.startswith(prefix) else text
+
+
+def pipeline_config(node: Mapping[str, Any] | None) -> tuple[PipelineSettings, str]:
+    """``(settings, stage placer name)`` from ``sim.pipeline`` (missing keys take :data:`DEFAULTS`).
+
+    Raises:
+        ConfigError: An unknown key or a bad value (field ``sim.pipeline.<key>``).
+    """
+    data = dict(node or {})
+    unknown = sorted(set(data) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown key (expected {', '.join(DEFAULTS)})", field=f"sim.pipeline.{unknown[0]}")
+    data = {**DEFAULTS, **data}
+    placer = data.pop("stage_placer")
+    try:
+        settings = PipelineSettings.from_config(data)
+    except ConfigError as exc:
+        raise ConfigError(_message(exc), field=f"sim.{exc.field}") from None
+    if not isinstance(placer, str) or not placer:
+        raise ConfigError(f"must be a placer name, got {placer!r}", field="sim.pipeline.stage_placer")
+    return settings, placer
+
+
+def build_pipeline(topology: RampTopology, node: Mapping[str, Any], partitioner: Partitioner
+                   ) -> tuple[PipelineAllocator, PipelineStepModel]:
+    """The allocator and step model of ``sim.pipeline`` (``partitioner``: no op split).
+
+    Raises:
+        ConfigError: Bad settings, or a stage placer that is unknown or cannot be built.
+    """
+    settings, name = pipeline_config(node)
+    try:
+        method = method_node(name)
+    except ConfigError as exc:
+        raise ConfigError(_message(exc).replace("op placer", "stage placer"), field="sim.pipeline.stage_placer") from None
+    try:
+        placer = instantiate_checked(method, "sim.pipeline.stage_placer")
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"stage placer {name!r}: {one_line(str(exc))}", field="sim.pipeline.stage_placer") from None
+    if not callable(getattr(placer, "place", None)):
+        raise ConfigError(f"{OmegaConf.select(method, '_target_')} has no place(objective, *, seed) method",
+                          field="sim.pipeline.stage_placer")
+    jobs = PipelineJobs(topology, settings, name, placer)
+    return PipelineAllocator(topology, partitioner, jobs), PipelineStepModel(partitioner, jobs)

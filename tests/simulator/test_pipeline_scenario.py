@@ -1,0 +1,255 @@
+"""scenario=pipeline: a job at degree k runs as a pipeline on its block of k servers, cut by the
+stage placer (``sim.pipeline.stage_placer``) with the pipeline objective, timed by
+``simulator.place.pipeline_schedule``; every degree's feasibility goes through the one table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from simulator.allocation.op_placer import method_node
+from simulator.allocation.pipeline import PipelineAllocator
+from simulator.build import (
+    SimKnobs,
+    build_feasibility,
+    build_policy,
+    build_simulation,
+    build_topology,
+    build_workload,
+)
+from simulator.config import instantiate_checked
+from simulator.errors import ConfigError
+from simulator.feasibility import Feasibility
+from simulator.place.devices import ramp_block_devices
+from simulator.place.objectives import PipelineObjective
+from simulator.place.pipeline_schedule import (
+    PipelineSettings,
+    micro_batch_graph,
+    pipeline_estimate,
+    stage_costs,
+    training_graph_bytes,
+)
+from simulator.policy import Decision
+from simulator.topology import RampTopology
+from tests.conftest import CONF_DIR
+from workloads.compute_graph import ComputeGraph
+from workloads.jobs import JobSpec
+
+STEPS = 50
+DEFAULT = PipelineSettings()
+
+
+def compose_sim(*overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose("sim", list(overrides))
+
+
+@pytest.fixture(scope="module")
+def pipeline_cfg():
+    return compose_sim("scenario=pipeline")
+
+
+@pytest.fixture(scope="module")
+def workload(pipeline_cfg):
+    return build_workload(pipeline_cfg)
+
+
+def _feas(cfg, **sim) -> Feasibility:
+    node = {**dict(cfg.sim), **sim}
+    node["pipeline"] = dict(node["pipeline"]) if node.get("pipeline") is not None else None
+    return build_feasibility(build_topology(cfg), node)
+
+
+def _job(graph, beta: float = 1.0) -> JobSpec:
+    return JobSpec(job_id=0, arrival_time_s=0.0, graph=graph, beta=beta, num_training_steps=STEPS)
+
+
+def _independent_iteration(graph, topology: RampTopology, servers, placer: str = "pipedream",
+                           settings: PipelineSettings = DEFAULT) -> tuple[float, object]:
+    """The iteration time (seconds) of the placer's cut on ``servers``, rebuilt from the model."""
+    m = settings.micro_batches
+    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), m)
+    obj = PipelineObjective(g, ramp_block_devices(topology, servers))
+    p = instantiate_checked(method_node(placer), "method").place(obj, seed=0).placement
+    params, acts = training_graph_bytes(graph)
+    est = pipeline_estimate(obj, p, settings, parameter_bytes=params, activation_bytes=acts / m)
+    return est.iteration_s, est
+
+
+def test_the_scenario_builds_pipeline_jobs(pipeline_cfg) -> None:
+    feas = _feas(pipeline_cfg)
+    assert isinstance(feas.placer, PipelineAllocator)
+    assert dict(pipeline_cfg.sim.pipeline) == {"schedule": "1f1b", "micro_batches": 8, "stage_placer": "pipedream",
+                                               "state_factor": 4.0}
+    assert pipeline_cfg.workload.profile_time_unit_s == 1e-3 and pipeline_cfg.sim.placement == "block"
+
+
+def test_degree_one_equals_the_sequential_jct(pipeline_cfg, workload) -> None:
+    feas = _feas(pipeline_cfg)
+    physical = build_feasibility(build_topology(pipeline_cfg), compose_sim("scenario=physical").sim)
+    for graph in workload.training_graphs:
+        job = _job(graph)
+        jct = feas.table(job, 0).jct_s(1)
+        assert jct == pytest.approx(job.sequential_jct_s, rel=1e-12)
+        assert jct == pytest.approx(physical.table(job, 0).jct_s(1), rel=1e-12)
+        assert feas.table(job, 0).feasible(1)  # beta = 1 accepts the sequential JCT
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_jct_is_steps_times_the_models_iteration_of_the_placers_cut(pipeline_cfg, workload, schedule) -> None:
+    feas = _feas(pipeline_cfg, pipeline={**dict(pipeline_cfg.sim.pipeline), "schedule": schedule})
+    topo = feas.topology
+    occupied = 0b11  # servers 0 and 1 busy: blocks elsewhere
+    seen_stages = set()
+    for graph in workload.training_graphs:
+        table = feas.table(_job(graph), occupied)
+        for degree in (2, 4, 8):
+            block = feas.placer.first_fit_block(degree, occupied)
+            t_s, est = _independent_iteration(graph, topo, block.servers,
+                                              settings=PipelineSettings(schedule, 8))
+            assert est.feasible
+            # The physical clock is 1 s per unit (profile_time_unit_s = 1e-3: PipeDream's ms).
+            assert graph.forward.time_unit_s == 1.0
+            assert table.jct_s(degree) == STEPS * t_s
+            assert table.placement(degree).mask == block.mask  # the job holds its whole block
+            seen_stages.add(est.stages.num_stages)
+            # the servers the ops run on are the stages' servers
+            ops = {s for servers in table.placement(degree).op_servers for s in servers}
+            assert ops == {block.servers[d] for d in est.stages.devices}
+    assert max(seen_stages) >= 4
+
+
+def test_the_dp_placer_on_a_homogeneous_block(pipeline_cfg, workload) -> None:
+    feas = _feas(pipeline_cfg, pipeline={**dict(pipeline_cfg.sim.pipeline), "stage_placer": "dp"})
+    pipedream = _feas(pipeline_cfg)
+    for graph in workload.training_graphs[:3]:
+        block = feas.placer.first_fit_block(4, 0)
+        t_s, _ = _independent_iteration(graph, feas.topology, block.servers, placer="dp")
+        assert feas.table(_job(graph), 0).jct_s(4) == STEPS * t_s
+        # the exact optimum of the max-load objective is no worse in its steady state
+        dp_cut = feas.placer.jobs.cut(graph, block.servers).estimate
+        pd_cut = pipedream.placer.jobs.cut(graph, block.servers).estimate
+        assert dp_cut.max_load_s <= pd_cut.max_load_s * (1 + 1e-9)
+
+
+class _Recorder:
+    """Min-feasible, recording what the feasibility table said of every degree it was shown."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[tuple[bool, ...], tuple[float | None, ...]]] = {}
+        from simulator.policies.heuristics import MinFeasible
+        self.rule = MinFeasible()
+
+    def reset(self, seed: int) -> None:
+        self.rule.reset(seed)
+
+    def decide(self, job, state) -> Decision:
+        t = state.feasibility
+        self.seen[job.job_id] = (tuple(t.feasible(d) for d in t.degrees),
+                                 tuple(t.jct_s(d) if t.feasible(d) else None for d in t.degrees))
+        return self.rule.decide(job, state)
+
+
+@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero"])
+def test_the_feasibility_table_agrees_with_the_simulation(cluster) -> None:
+    cfg = compose_sim("scenario=pipeline", f"cluster={cluster}", "beta=C", "horizon_s=300")
+    policy = _Recorder()
+    result = build_simulation(cfg, seed=1).run(policy)
+    degrees = build_topology(cfg).degrees
+    accepted = 0
+    for r in result.records:
+        feasible, jcts = policy.seen[r.job_id]
+        if r.degree == 0:
+            assert not any(feasible) and r.block_reason == "rejected"
+            continue
+        i = degrees.index(r.degree)
+        assert feasible[i] and r.block_reason == "" and r.jct_s == jcts[i] <= r.max_jct_s * (1 + 1e-9)
+        # min_feasible: the smallest feasible degree
+        assert i == feasible.index(True)
+        accepted += 1
+    assert 0 < accepted < len(result.records)
+
+
+def test_a_run_is_deterministic_per_seed() -> None:
+    cfg = compose_sim("scenario=pipeline", "policy=random", "beta=B", "horizon_s=200")
+
+    def rows(seed: int):
+        res = build_simulation(cfg, seed=seed).run(build_policy(cfg))
+        return [(r.job_id, r.degree, r.servers, r.outcome, r.block_reason, repr(r.jct_s)) for r in res.records]
+
+    first = rows(3)
+    assert rows(3) == first and rows(4) != first
+
+
+def test_a_mixed_block_prices_each_stage_at_its_servers_speed(workload) -> None:
+    cfg = compose_sim("scenario=pipeline", "cluster=ramp32_hetero")
+    feas = _feas(cfg)
+    topo = feas.topology
+    # servers 0-3: group 0's fast racks; 4-7 its slow ones (speed 0.5)
+    mixed = next(b for b in feas.placer.free_blocks(4, 0)
+                 if {topo.server_kind[s] for s in b.servers} == {"gpu", "gpu_half"})
+    fast = next(b for b in feas.placer.free_blocks(4, 0) if {topo.server_kind[s] for s in b.servers} == {"gpu"})
+    graph = workload.by_name["vgg16"]
+    cut = feas.placer.jobs.cut(graph, mixed.servers)
+    st = cut.estimate.stages
+    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), 8)
+    ref = g.kind_time_s[g.reference_kind]
+    for i, d in enumerate(st.devices):
+        nodes = cut.node_device == d
+        assert st.compute_s[i] == pytest.approx(ref[nodes].sum() / topo.server_speed[mixed.servers[d]], rel=1e-12)
+    assert {topo.server_speed[mixed.servers[d]] for d in st.devices} == {1.0, 0.5}
+    job = _job(graph)
+    table = feas.table(job, 0)
+    t_mixed, _ = _independent_iteration(graph, topo, mixed.servers)
+    t_fast, _ = _independent_iteration(graph, topo, fast.servers)
+    assert table.jct_s(4, mixed) == STEPS * t_mixed and table.jct_s(4, fast) == STEPS * t_fast
+    assert t_fast < t_mixed
+    # One slow server: twice the sequential JCT; the table's degree 1 goes to a fast one.
+    slow = next(b for b in feas.placer.free_blocks(1, 0) if topo.server_speed[b.servers[0]] == 0.5)
+    assert table.jct_s(1, slow) == pytest.approx(2 * job.sequential_jct_s, rel=1e-12)
+    assert table.feasible(1) and topo.server_speed[table.placement(1).servers[0]] == 1.0
+
+
+def test_a_stage_over_its_servers_memory_blocks_the_degree(pipeline_cfg, workload) -> None:
+    # A huge optimiser state: no stage fits, so no degree can be placed (blocked: no_placement).
+    feas = _feas(pipeline_cfg, pipeline={**dict(pipeline_cfg.sim.pipeline), "state_factor": 1e6})
+    job = _job(workload.by_name["vgg16"])
+    table = feas.table(job, 0)
+    assert all(table.placement(d) is None for d in table.degrees)
+    cut = feas.placer.jobs.cut(job.graph, feas.placer.first_fit_block(4, 0).servers)
+    assert not cut.feasible and "needs" in cut.reason and "bytes" in cut.reason
+    cfg = compose_sim("scenario=pipeline", "policy=para_max", "horizon_s=20", "sim.pipeline.state_factor=1e6")
+    res = build_simulation(cfg, seed=0).run(build_policy(cfg))
+    reasons = {r.block_reason for r in res.records if r.model == "vgg16"}
+    assert reasons == {"no_placement"}
+
+
+def test_bad_settings_are_refused(pipeline_cfg) -> None:
+    topo = build_topology(pipeline_cfg)
+    sim = dict(pipeline_cfg.sim)
+    with pytest.raises(ConfigError, match="sim.pipeline.stages"):
+        build_feasibility(topo, {**sim, "pipeline": {"stages": 4}})
+    with pytest.raises(ConfigError, match="sim.pipeline.schedule"):
+        build_feasibility(topo, {**sim, "pipeline": {"schedule": "pipedream"}})
+    with pytest.raises(ConfigError, match="sim.pipeline.stage_placer.*unknown stage placer"):
+        build_feasibility(topo, {**sim, "pipeline": {"stage_placer": "nope"}})
+    with pytest.raises(ConfigError, match="sim.split_ops"):
+        build_feasibility(topo, {**sim, "split_ops": True, "pipeline": {}})
+    # Without sim.pipeline, the physical scenario's model is untouched.
+    assert not isinstance(build_feasibility(topo, SimKnobs(**{k: v for k, v in sim.items() if k != "pipeline"})).placer,
+                          PipelineAllocator)
+
+
+def test_stage_costs_are_the_place_commands_loads(pipeline_cfg, workload) -> None:
+    # The scenario's per-stage loads are the pipeline objective's evaluation (pacml place's value).
+    feas = _feas(pipeline_cfg)
+    graph = workload.by_name["gnmt"]
+    block = feas.placer.first_fit_block(4, 0)
+    cut = feas.placer.jobs.cut(graph, block.servers)
+    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), 8)
+    obj = PipelineObjective(g, ramp_block_devices(feas.topology, block.servers))
+    ev = obj.evaluate(cut.node_device)
+    st = stage_costs(obj, cut.node_device)
+    assert ev.value_s == cut.estimate.max_load_s
+    np.testing.assert_array_equal(st.load_s, [ev.compute_s[d] + ev.comm_s[d] for d in st.devices])
