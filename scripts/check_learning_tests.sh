@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=${PYTEST:-.venv/bin/pytest}
-FILES="tests/test_critic.py tests/test_pacml.py tests/test_pacml_placement.py tests/test_distill.py tests/simulator/policies/test_lookahead.py tests/test_learned_placer.py"
+FILES="tests/pacml/critic/test_critic.py tests/pacml/agent/test_agent.py tests/pacml/agent/test_block_placement.py tests/pacml/critic/test_distill.py tests/simulator/policies/test_lookahead.py tests/pacml/placer/test_learned_placer.py"
 status=0
 for capability in default avx2 native; do
   for threads in 1 2; do

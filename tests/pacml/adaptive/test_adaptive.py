@@ -755,14 +755,14 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     from pacml.adaptive.train import train_from_config
 
     source, refit = tmp_path / "source", tmp_path / "refit"
-    base = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")
+    base = OmegaConf.load(Path(__file__).parents[3] / "conf" / "train_adaptive.yaml")
     base.pop("hydra")
     base.progress = False
     base.adaptive.update({"num_conditions": 3, "seeds_per_condition": 1, "jobs_per_episode": 25, "workers": 1,
                           "epochs": 10, "hidden": 8, "val_every": 3})
     train_from_config(base, source)
     stamp = {p.name: p.stat().st_mtime_ns for p in (source / "conditions").iterdir()}
-    again = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")  # the defaults, as composed
+    again = OmegaConf.load(Path(__file__).parents[3] / "conf" / "train_adaptive.yaml")  # the defaults, as composed
     again.pop("hydra")
     again.progress = False
     again.refit = str(source)
@@ -781,7 +781,7 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     assert (saved.adaptive.num_conditions, saved.adaptive.epochs, saved.adaptive.val_every) == (3, 10, 3)
     assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows) == (4, 8)
     # Resuming the refit keeps its own fit settings (not the source's).
-    resume = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_adaptive.yaml")
+    resume = OmegaConf.load(Path(__file__).parents[3] / "conf" / "train_adaptive.yaml")
     resume.pop("hydra")
     resume.resume = str(refit)
     train_from_config(resume, refit, [f"resume={refit}"])
@@ -884,7 +884,7 @@ def _load_switch_bench():
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "adaptive" / "bench_rule_switch.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "adaptive" / "bench_rule_switch.py"
     spec = importlib.util.spec_from_file_location("_bench_rule_switch", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -13,7 +13,7 @@ import pytest
 
 from pacml.cli import COMMANDS, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PACML = str(BIN / "pacml")
 

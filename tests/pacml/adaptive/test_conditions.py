@@ -26,7 +26,7 @@ from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
 from simulator.build import build_feasibility, build_policy, build_topology, build_workload
 from simulator.policies.heuristics import MinFeasible, ParaMax
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_bench():

@@ -30,7 +30,7 @@ from simulator.place.objectives import bind_objective
 from workloads.compute_graph import ComputeGraph
 from workloads.loaders import load_compute_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def mesh(*devices: Device, bandwidth_Bps: float = 1e10) -> DeviceSet:
