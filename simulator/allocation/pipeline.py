@@ -137,7 +137,12 @@ class PipelineJobs:
         if found is None:
             t0 = time.perf_counter()
             self.calls += 1
-            found = pipeline_cut(graph, servers, self.topology, self.settings, self.placer, self.seed)
+            try:
+                found = pipeline_cut(graph, servers, self.topology, self.settings, self.placer, self.seed)
+            except ConfigError as exc:  # e.g. dp on a block of two server kinds
+                names = "+".join(self.topology.kinds[k] for k in key[2])
+                raise ConfigError(f"stage placer {self.stage_placer!r} on a block of {names}: {_message(exc)}",
+                                  field="sim.pipeline.stage_placer") from None
             if not found.feasible:
                 self.infeasible += 1
                 log.debug("%s at degree %d on kinds %s: %s", graph.name, len(servers), key[2], found.reason)

@@ -253,3 +253,11 @@ def test_stage_costs_are_the_place_commands_loads(pipeline_cfg, workload) -> Non
     st = stage_costs(obj, cut.node_device)
     assert ev.value_s == cut.estimate.max_load_s
     np.testing.assert_array_equal(st.load_s, [ev.compute_s[d] + ev.comm_s[d] for d in st.devices])
+
+
+def test_a_placer_that_refuses_a_block_names_the_stage_placer(workload) -> None:
+    cfg = compose_sim("scenario=pipeline", "cluster=ramp32_hetero", "sim.pipeline.stage_placer=dp")
+    feas = _feas(cfg)
+    mixed = next(b for b in feas.placer.free_blocks(2, 0) if len({feas.topology.server_kind[s] for s in b.servers}) == 2)
+    with pytest.raises(ConfigError, match=r"sim.pipeline.stage_placer.*'dp' on a block of gpu\+gpu_half"):
+        feas.table(_job(workload.by_name["vgg16"]), 0).jct_s(2, mixed)
