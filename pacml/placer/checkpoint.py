@@ -54,7 +54,7 @@ def resolve_placer(spec: str | None, objective: str, *, field: str = "method.che
 
 def load_placer(path: str | Path, *, field: str = "method.checkpoint") -> tuple[PlacerNet, dict[str, Any]]:
     """Load a placer written by :func:`save_placer`; bad files are one-line config errors."""
-    from pacml.placer.model import PlacerNet
+    from pacml.placer.model import PlacerNet  # lazy: torch
 
     path = Path(path)
     try:

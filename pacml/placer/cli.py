@@ -36,8 +36,10 @@ from pacml.runfiles import (  # also registers the resume resolvers of the confi
 from simulator.cli import HydraCommand, override_keys, preflight, report_user_errors
 from simulator.config import MAX_SEED, Rule, dataclass_rules, validate_config
 from simulator.errors import ConfigError
+from simulator.place.cli import cluster_block_device_sets
 from simulator.place.devices import DeviceSet, device_set_from_config
 from workloads.io import atomic_write_text
+from workloads.placement_corpus import TRAIN_REAL, corpus
 
 if typing.TYPE_CHECKING:
     from pacml.placer.trainer import PlacerTrainer
@@ -103,8 +105,6 @@ def device_sets(names: list[str]) -> list[tuple[str, DeviceSet | None]]:
             out.append(("file", None))
             continue
         if name.startswith("blocks:"):
-            from simulator.place.cli import cluster_block_device_sets
-
             out.extend(cluster_block_device_sets(name.removeprefix("blocks:")))
             continue
         path = CONF_DIR / "devices" / f"{name}.yaml"
@@ -120,8 +120,6 @@ def device_sets(names: list[str]) -> list[tuple[str, DeviceSet | None]]:
 
 def training_graphs(cfg: DictConfig) -> list:
     """The pre-training graphs of ``cfg.corpus`` (split ``train``: no held-out graph)."""
-    from workloads.placement_corpus import TRAIN_REAL, corpus
-
     graphs = corpus("train", synthetic=int(cfg.corpus.synthetic), seed=int(cfg.corpus.seed),
                     max_nodes=cfg.corpus.max_nodes)
     if not cfg.corpus.real:

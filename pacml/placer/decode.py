@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from pacml.placer.node_clock import NodeClock
 from pacml.placer.pipeline_loads import PipelineLoads, PipelinePlan
 from pacml.placer.problem import NUM_DEVICE_FEATURES, GroupProblem
 from pacml.placer.slots import earliest_starts, insert
@@ -161,8 +162,6 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
     pipe = PipelineLoads(pipeline_plan(p), b) if p.objective.name == "pipeline" else None
     clock = None
     if p.node_plan is not None:  # HEFT's node-level clock decides the times (net.order=heft)
-        from pacml.placer.node_clock import NodeClock  # noqa: PLC0415
-
         clock = NodeClock(p.node_plan, b)
     if weights.insertion and clock is None:
         busy_start = np.zeros((b, d, n_groups))

@@ -32,6 +32,7 @@ from pacml.placer.ppo import (
     ppo_update,
 )
 from simulator.errors import ConfigError
+from simulator.place.coarsen import CoarsenedPlacer
 from simulator.place.objectives import BoundObjective
 from simulator.place.placer import PlacerResult
 
@@ -124,8 +125,6 @@ class LearnedPlacer:
                         DEFAULT_PLACERS.get(objective.name))
         if objective.graph.num_groups > self.max_groups:
             # HSDAG-style: place clusters of groups, then refine single groups on the fine graph.
-            from simulator.place.coarsen import CoarsenedPlacer
-
             inner = copy.copy(self)
             inner.max_groups = objective.graph.num_groups + 1
             result = CoarsenedPlacer(inner=inner, max_groups=self.max_groups,

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from pacml.placer.arrays import bucket
 from pacml.placer.slots import earliest_starts, insert
+from simulator.place.heuristics import _Problem  # HEFT's own ranks and phases
 from simulator.place.objectives import BoundObjective
 
 
@@ -36,8 +37,6 @@ class NodePlan:
     """Placement-independent arrays of the clock (built once per problem)."""
 
     def __init__(self, objective: BoundObjective) -> None:
-        from simulator.place.heuristics import _Problem  # noqa: PLC0415 - HEFT's own ranks and phases
-
         hp = _Problem(objective)
         self.seq, self.phase = heft_sequence(hp)
         self.group = hp.group

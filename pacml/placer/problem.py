@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from pacml.placer.arrays import bucket
 from pacml.placer.node_clock import NodePlan
+from simulator.place.heuristics import _Problem  # HEFT's own ranks, not a copy
 from simulator.place.objectives import BoundObjective
 
 #: Objectives the policy knows (one-hot in the group features).
@@ -311,8 +312,6 @@ def _step_rank(objective: BoundObjective, group: NDArray[np.int64], n_groups: in
     """HEFT's own order key per group: the upward rank of its nodes over the whole step (forward and
     backward, each phase apart when the graph runs its backward pass after the forward one; an
     earlier phase first), the group's largest (it is placed with its first node, as in HEFT)."""
-    from simulator.place.heuristics import _Problem  # noqa: PLC0415 - HEFT's own ranks, not a copy
-
     hp = _Problem(objective)
     key = np.zeros(objective.graph.num_nodes)
     # Phases run one after the other: every node of an earlier phase outranks every later one.
