@@ -80,7 +80,6 @@ class AdaptiveTrainConfig:
     weight_decay: float = 1.0e-4
     torch_threads: int = 1
     batch_rows: int = 20000
-    minibatch_rows: int | None = None
     core_frac: float = 0.5
     scenario: str = "paper"
     window: int = WINDOW
@@ -253,15 +252,13 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
         if rows_total > cfg.batch_rows:
             batch = torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows]
         else:
-            batch = torch.randperm(rows_total, generator=sampler) if cfg.minibatch_rows else torch.arange(rows_total)
-        # One Adam step per epoch (minibatch_rows None, as the shipped agent was fitted), or one per
-        # minibatch_rows of the epoch's rows: many more steps for the same rows.
-        for chunk in torch.split(batch, cfg.minibatch_rows or len(batch)):
-            opt.zero_grad()
-            p = torch.softmax(scores(xc[chunk], xr[chunk], reg[chunk]), dim=1)
-            loss = (p * finite(reg[chunk])).sum(dim=1).mean()
-            loss.backward()
-            opt.step()
+            batch = torch.arange(rows_total)
+        # One Adam step per epoch.
+        opt.zero_grad()
+        p = torch.softmax(scores(xc[batch], xr[batch], reg[batch]), dim=1)
+        loss = (p * finite(reg[batch])).sum(dim=1).mean()
+        loss.backward()
+        opt.step()
         if epoch % 5 == 0 or epoch == cfg.epochs - 1:
             tr, va = argmax_regret(xc[probe], xr[probe], reg[probe]), argmax_regret(vc, vr, vreg)
             rows.append({"epoch": epoch, "loss": float(loss.detach()), "train_regret": tr, "val_regret": va})
@@ -491,7 +488,7 @@ CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
 #: Retired settings and the value that turned them off: a saved run config (resume, refit) holding one
 #: at that value loads without it; at any other value it cannot be reproduced, so it is refused.
-RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server": 0}
+RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server": 0, "minibatch_rows": None}
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
@@ -525,7 +522,7 @@ def command() -> Any:
               "time_budget_s": KeyRule(float | None, low=0.0, low_open=True),
               "teacher_budget_frac": KeyRule(float, low=0.0, low_open=True, high=1.0), "val_every": KeyRule(int, low=2),
               "hidden": count, "epochs": count, "learning_rate": positive, "weight_decay": KeyRule(float, low=0.0),
-              "torch_threads": count, "batch_rows": count, "minibatch_rows": KeyRule(int | None, low=1),
+              "torch_threads": count, "batch_rows": count,
               "core_frac": KeyRule(float, low=0.0, high=1.0),
               "scenario": KeyRule(Literal["paper", "physical"]), "window": KeyRule(int, low=2),
               "neighbours": KeyRule(int | None, low=1), "block_search": KeyRule(int, low=0)}

@@ -717,14 +717,11 @@ def test_neighbour_selector_learns_which_rule_a_condition_needs(seed: int) -> No
     assert selector_regret(SelectorWeights(_mlp()), val_set, cfg) > 0.05  # a constant score: 0.06-0.16
 
 
-@pytest.mark.parametrize(("seed", "batch_rows", "minibatch_rows"),
-                         [(0, 20000, None), (1, 20000, None), (2, 20000, None), (0, 60, None), (1, 60, None),
-                          (0, 20000, 32), (1, 20000, 32), (2, 60, 16)])
-def test_fit_learns_which_rule_a_condition_needs(tmp_path, seed: int, batch_rows: int,
-                                                 minibatch_rows: int | None) -> None:
+@pytest.mark.parametrize(("seed", "batch_rows"), [(0, 20000), (1, 20000), (2, 20000), (0, 60), (1, 60)])
+def test_fit_learns_which_rule_a_condition_needs(tmp_path, seed: int, batch_rows: int) -> None:
     rng = np.random.default_rng(seed)
     train_set, val_set = _synthetic_results(40, rng), _synthetic_results(20, rng)  # 240 training rows
-    cfg = AdaptiveTrainConfig(seed=seed, epochs=150, hidden=16, batch_rows=batch_rows, minibatch_rows=minibatch_rows)
+    cfg = AdaptiveTrainConfig(seed=seed, epochs=150, hidden=16, batch_rows=batch_rows)
     weights, stats = fit(cfg, train_set, val_set, tmp_path, deadline=float("inf"))
     # The best single rule ("b") has regret 0.1 on every condition; the fit must find the switch.
     assert baseline_regrets(val_set)["b"] == pytest.approx(0.1)
@@ -766,8 +763,8 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     again.pop("hydra")
     again.progress = False
     again.refit = str(source)
-    again.adaptive.update({"hidden": 4, "minibatch_rows": 8, "neighbours": 5})
-    summary = train_from_config(again, refit, ["refit=x", "adaptive.hidden=4", "adaptive.minibatch_rows=8",
+    again.adaptive.update({"hidden": 4, "epochs": 12, "neighbours": 5})
+    summary = train_from_config(again, refit, ["refit=x", "adaptive.hidden=4", "adaptive.epochs=12",
                                                "adaptive.neighbours=5"])
     assert summary["conditions"] == 3 and summary["refit_of"] == str(source)
     table = load_adaptive(refit / "adaptive.npz")[0].neighbours  # the lookup, fitted on the source's search
@@ -778,19 +775,19 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     saved = OmegaConf.load(refit / "train_config.yaml")
     assert saved.refit == str(source)
     # The source's settings (search and fit), then the fit settings given on the command line.
-    assert (saved.adaptive.num_conditions, saved.adaptive.epochs, saved.adaptive.val_every) == (3, 10, 3)
-    assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows) == (4, 8)
+    assert (saved.adaptive.num_conditions, saved.adaptive.val_every) == (3, 3)
+    assert (saved.adaptive.hidden, saved.adaptive.epochs) == (4, 12)
     # Resuming the refit keeps its own fit settings (not the source's).
     resume = OmegaConf.load(Path(__file__).parents[3] / "conf" / "train_adaptive.yaml")
     resume.pop("hydra")
     resume.resume = str(refit)
     train_from_config(resume, refit, [f"resume={refit}"])
     saved = OmegaConf.load(refit / "train_config.yaml")
-    assert (saved.adaptive.hidden, saved.adaptive.minibatch_rows, saved.refit) == (4, 8, str(source))
+    assert (saved.adaptive.hidden, saved.adaptive.epochs, saved.refit) == (4, 12, str(source))
     # A run saved with a retired setting resumes without it at the value that turned it off, and not
     # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds them, off).
     for key, off, on in (("tune_neighbours", False, True), ("label_horizon_s", None, 1.0e6),
-                           ("jobs_per_server", 0, 4.0)):
+                           ("jobs_per_server", 0, 4.0), ("minibatch_rows", None, 2000)):
         saved.adaptive[key] = off
         OmegaConf.save(saved, refit / "train_config.yaml")
         train_from_config(resume, refit, [f"resume={refit}"])
@@ -809,7 +806,7 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     ("+adaptive.nope=1", "field 'adaptive.nope': unknown key"),
     ("resume=/no/such/run", "field 'resume': no pacml train-adaptive run"),
     ("refit=/no/such/run", "field 'refit': no pacml train-adaptive teacher search"),
-    ("adaptive.minibatch_rows=0", "field 'adaptive.minibatch_rows'"),
+    ("adaptive.minibatch_rows=2000", "unknown config key 'adaptive.minibatch_rows'"),
     ("adaptive.neighbours=0", "field 'adaptive.neighbours'"),
     ("refit=SOURCE adaptive.seed=3", "field 'adaptive.seed': a refit reuses"),
     ("adaptive.block_search=-1", "field 'adaptive.block_search'"),
