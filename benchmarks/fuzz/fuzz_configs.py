@@ -620,7 +620,7 @@ def train_placer_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> 
         good(f"objectives={rng.choice(['[step]', '[latency]', '[pipeline]', '[step,pipeline]'])}"),
         good(f"net.hidden={rng.choice([16, 32])}"), good(f"net.layers={rng.choice([0, 1])}"),
         good("net.use_edges=false"), good("net.insertion=true"), good("net.cost_outputs=false"),
-        good(f"net.order={rng.choice(['rank', 'full_rank', 'heft', 'first'])}"), good("net.prior=0"),
+        good(f"net.order={rng.choice(['rank', 'full_rank', 'first'])}"), good("net.prior=0"),
         good("net.decoder=oneshot", "net.heads=2", "presets=[gpu4,cpu_gpu]"),
         good("net.decoder=oneshot", "net.max_devices=8", "presets=[gpu8]"),
         good("ppo.batch=4"), good(f"ppo.tasks_per_update={rng.choice([1, 2])}"), good("ppo.epochs=1"),

@@ -2,7 +2,7 @@
 policy pre-trained over many graphs and device sets, behind the op placers' common interface
 (``pacml place method=learned``).
 
-- :mod:`~pacml.placer.problem`, :mod:`~pacml.placer.arrays`, :mod:`~pacml.placer.node_clock`,
+- :mod:`~pacml.placer.problem`, :mod:`~pacml.placer.arrays`,
   :mod:`~pacml.placer.slots`, :mod:`~pacml.placer.pipeline_loads`: one placement task as arrays
   and the fast evaluation of a placement.
 - :mod:`~pacml.placer.model`, :mod:`~pacml.placer.decode`: the network and how it decodes a placement.

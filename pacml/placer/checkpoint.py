@@ -63,6 +63,9 @@ def load_placer(path: str | Path, *, field: str = "method.checkpoint") -> tuple[
         raise ConfigError(str(exc), field=field) from None
     if not isinstance(state, dict) or state.get("format") != PLACER_FORMAT:
         raise ConfigError(f"{path}: not a pacml placer (written by pacml train-placer as placer.pt)", field=field)
+    if isinstance(state.get("net"), dict) and state["net"].get("order") == "heft":
+        raise ConfigError(f"{path}: trained with net.order=heft, which was retired (measured no better); "
+                          "this version decodes only rank, full_rank or first", field=field)
     try:
         net = PlacerNet(NetConfig(**state["net"]))
         net.load_state_dict(state["model"])

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from pacml.placer.node_clock import NodeClock
 from pacml.placer.pipeline_loads import PipelineLoads, PipelinePlan
 from pacml.placer.problem import NUM_DEVICE_FEATURES, GroupProblem
 from pacml.placer.slots import earliest_starts, insert
@@ -160,10 +159,7 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
     x = np.empty((b, d, NUM_STEP_FEATURES), np.float32)
     x[:, :, NUM_DYNAMIC_FEATURES:] = static_dev
     pipe = PipelineLoads(pipeline_plan(p), b) if p.objective.name == "pipeline" else None
-    clock = None
-    if p.node_plan is not None:  # HEFT's node-level clock decides the times (net.order=heft)
-        clock = NodeClock(p.node_plan, b)
-    if weights.insertion and clock is None:
+    if weights.insertion:
         busy_start = np.zeros((b, d, n_groups))
         busy_end = np.zeros((b, d, n_groups))
         busy_n = np.zeros((b, d), dtype=np.int64)
@@ -197,10 +193,7 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
         else:
             c_out_sum = np.zeros((b, d))
         dur = np.where(run, p.first_pass_s[grp], 0.0)
-        if clock is not None:
-            node = clock.advance(grp)
-            start, eft = clock.price(node)
-        elif weights.insertion:
+        if weights.insertion:
             start = earliest_starts(busy_start, busy_end, busy_n, ready, dur)
             eft = start + dur
         else:
@@ -239,14 +232,6 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
         else:
             x[:, :, 11] = 0.0
         mask = run[None, :] & fits
-        if clock is not None:
-            # HEFT's device rule exactly: the earliest finish among the devices with room, ties
-            # to the one running the whole group fastest, then the lowest index (argmax's pick).
-            ok = mask if mask.any() else run[None, :]
-            e_best = np.where(ok, eft, np.inf).min(axis=1, keepdims=True)
-            tied = ok & (eft <= e_best)
-            g_best = np.where(tied, t[None, :], np.inf).min(axis=1, keepdims=True)
-            x[:, :, 3] = tied & (t[None, :] <= g_best)
         if pipe is not None:
             # The pipeline objective's own loads (per-node communication, none on a CPU): the
             # added communication, the device's load after, the rise of the maximum load, and
@@ -293,9 +278,7 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
         dev_of[:, grp] = choice
         fin = eft[rows, choice]
         finish[:, grp] = fin
-        if clock is not None:
-            clock.decide(node, choice, start, eft)
-        elif weights.insertion:
+        if weights.insertion:
             insert(busy_start, busy_end, busy_n, choice, start[rows, choice], fin)
         else:
             avail[rows, choice] = fin

@@ -18,7 +18,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pacml.placer.arrays import bucket
-from pacml.placer.node_clock import NodePlan
 from simulator.place.heuristics import _Problem  # HEFT's own ranks, not a copy
 from simulator.place.objectives import BoundObjective
 
@@ -30,11 +29,10 @@ NUM_GROUP_FEATURES = 14
 NUM_DEVICE_FEATURES = 6
 _TOL = 1 + 1e-12
 #: Placement order: ``rank`` (HEFT's upward rank over the forward pass, highest first),
-#: ``full_rank`` (HEFT's upward rank over the whole step, as HEFT orders it), ``heft`` (each group
-#: at its first node in HEFT's node order, and the decoder on HEFT's node-level clock:
-#: :mod:`pacml.placer.node_clock`) or ``first`` (topological position of each group's first node).
+#: ``full_rank`` (HEFT's upward rank over the whole step, as HEFT orders it) or ``first``
+#: (topological position of each group's first node).
 ORDER_BY = "rank"
-ORDERS = ("rank", "full_rank", "heft", "first")
+ORDERS = ("rank", "full_rank", "first")
 
 
 def _log_ratio(x: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
@@ -85,8 +83,6 @@ class GroupProblem:
     group_x: NDArray[np.float32]
     device_x: NDArray[np.float32]
     time_scale_s: float
-    #: HEFT's node-level clock (``order_by="heft"`` only): the decoder's times come from it.
-    node_plan: object | None = None
 
     @property
     def num_groups(self) -> int:
@@ -134,14 +130,9 @@ class GroupProblem:
             key = -_forward_rank(objective, topo, group, n_groups)
         elif order_by == "full_rank":
             key = -_step_rank(objective, group, n_groups)
-        node_plan = None
-        if order_by == "heft":
-            node_plan = NodePlan(objective)
-            key = node_plan.decision_pos.astype(np.float64)
         consumer_first = np.full(n_groups, np.inf)
         np.minimum.at(consumer_first, src_all[between], key[dst_all[between]])
-        # (HEFT's own order places source groups where HEFT reaches them.)
-        lazy = ~has_input & np.isfinite(consumer_first) & (order_by != "heft")
+        lazy = ~has_input & np.isfinite(consumer_first)
         key[lazy] = consumer_first[lazy]
         order = np.lexsort((first, ~lazy, key)).astype(np.int64)
         rank = np.empty(n_groups, dtype=np.int64)
@@ -197,7 +188,6 @@ class GroupProblem:
                       device_x=np.zeros((d, NUM_DEVICE_FEATURES), np.float32), time_scale_s=scale)
         problem.group_x = problem._group_features(mean_time, rank)
         problem.device_x = problem._device_features()
-        problem.node_plan = node_plan
         return problem
 
     # ------------------------------------------------------------------ features

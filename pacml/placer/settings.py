@@ -27,9 +27,8 @@ class NetConfig:
     insertion: bool = False
     #: Placement order of the groups: ``rank`` (HEFT's upward rank over the forward pass, the
     #: first placers' order) or ``full_rank`` (HEFT's own: over the whole step, as
-    #: HEFT schedules it; see :func:`pacml.placer.problem.GroupProblem.from_objective`) or ``heft``
-    #: (each group at its first node in HEFT's node order, times from HEFT's node-level clock:
-    #: :mod:`pacml.placer.node_clock`; always with insertion).
+    #: HEFT schedules it; see :func:`pacml.placer.problem.GroupProblem.from_objective`) or ``first``
+    #: (topological position of each group's first node).
     order: str = "rank"
     #: Whether the earliest-finish prior adds the transfers to consumers placed earlier (the
     #: backward pass's gradients, under ``rank``) to a device's finish time; ``False``: the finish
