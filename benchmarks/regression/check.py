@@ -59,7 +59,7 @@ VOLATILE_KEYS = {
 # configs and checkpoint metadata of the baseline still carry: left out wherever they appear
 # (per parent key), so a checkpoint is compared by what it learned and how it was trained.
 RETIRED_KEYS = {
-    "train_config": {"tune_neighbours", "jobs_per_server", "label_horizon_s", "minibatch_rows"},
+    "train_config": {"tune_neighbours", "jobs_per_server", "label_horizon_s", "minibatch_rows", "size_spread_frac"},
     "distill": {"mode", "epochs", "learning_rate", "batch_size", "change_weight", "soft_temperature_jobs"},
 }
 VOLATILE_COLUMNS = {"wall_s", "wall_time_s", "time_s", "elapsed_s", "sps", "decision_wall_s", "update_s", "charts/SPS",

@@ -231,10 +231,6 @@ CORE_FACTORS = (0.4, 2.5)
 SCENARIO_INTERARRIVAL_S = {"paper": PAPER_INTERARRIVAL_S, "physical": 1.0}
 
 
-#: Range of the factors that resize a training mix's graphs (``size_spread_frac``): log-uniform.
-SIZE_SCALE_RANGE = (0.4, 1.6)
-
-
 def cluster_overrides(shape: tuple[int, int, int, int]) -> list[str]:
     """Hydra overrides of a RAMP cluster shape of :data:`TRAIN_CLUSTERS` (groups, racks, servers
     per rack, largest degree), as :func:`sample_condition` writes them."""
@@ -244,8 +240,7 @@ def cluster_overrides(shape: tuple[int, int, int, int]) -> list[str]:
 
 
 def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core_frac: float = 0.0,
-                     scenario: str = "paper", size_spread_frac: float = 0.0,
-                     spread_rng: np.random.Generator | None = None) -> list[str]:
+                     scenario: str = "paper") -> list[str]:
     """Hydra overrides of one random training condition of ``scenario``'s family (``paper``:
     the original's units; ``physical``: milliseconds, block placement).
 
@@ -255,14 +250,6 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
     or Poisson arrivals at 0.4x-2.5x the paper's load, the paper's five graphs in 70 % of them.
     There the best rule changes sharply with the load, so the broad draw alone samples it too
     thinly. ``core_frac=0`` draws exactly what it drew before the option existed.
-
-    With probability ``size_spread_frac`` (drawn from ``spread_rng``, so every other draw stays the
-    same) a condition that is not a core one resizes each graph of its mix by a factor drawn
-    log-uniformly from :data:`SIZE_SCALE_RANGE` (``workload.time_scales``). In the paper's units
-    the training graphs scale perfectly with the degree and never bind memory, so a job is its
-    sequential time and target, and the shipped graphs' sizes leave a gap: mixes of near-equal
-    sizes (spread 0.02-0.04 in log10) or with GNMT's short jobs (0.4). Between them the best rule
-    differs at the same load.
     """
     core = core_frac > 0 and rng.random() < core_frac
     if core:
@@ -286,13 +273,6 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
         size = int(rng.integers(2, len(TRAIN_GRAPHS) + 1))
         graphs = sorted(rng.choice(TRAIN_GRAPHS, size=size, replace=False).tolist())
     over.append(f"workload.graphs=[{','.join(graphs)}]")
-    if size_spread_frac > 0 and not core:
-        if spread_rng is None:
-            raise ValueError("size_spread_frac > 0 needs spread_rng")
-        if spread_rng.random() < size_spread_frac:
-            low, high = (math.log(x) for x in SIZE_SCALE_RANGE)
-            scales = np.exp(spread_rng.uniform(low, high, size=len(graphs)))
-            over.append(f"workload.time_scales=[{','.join(f'{x:.3f}' for x in scales)}]")
     return over
 
 

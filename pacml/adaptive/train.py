@@ -68,7 +68,6 @@ class AdaptiveTrainConfig:
     num_conditions: int = 3000
     seeds_per_condition: int = 2
     jobs_per_episode: int = 500
-    size_spread_frac: float = 0.0
     workers: int = 2
     seed: int = 0
     time_budget_s: float = 3600.0
@@ -90,8 +89,7 @@ class AdaptiveTrainConfig:
 def condition_overrides(cfg: AdaptiveTrainConfig, index: int) -> list[str]:
     """The overrides of training condition ``index`` (a pure function of the run's seed)."""
     return sample_condition(np.random.default_rng([cfg.seed, index]), cfg.jobs_per_episode, cfg.core_frac,
-                            cfg.scenario, cfg.size_spread_frac,
-                            np.random.default_rng([cfg.seed, index, 1]))
+                            cfg.scenario)
 
 
 def condition_seeds(cfg: AdaptiveTrainConfig, index: int) -> list[int]:
@@ -488,11 +486,12 @@ CONFIG_FILE = "train_config.yaml"
 USED_FILE = "time_used.json"
 #: Retired settings and the value that turned them off: a saved run config (resume, refit) holding one
 #: at that value loads without it; at any other value it cannot be reproduced, so it is refused.
-RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server": 0, "minibatch_rows": None}
+RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server": 0, "minibatch_rows": None,
+           "size_spread_frac": 0.0}
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
-SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "size_spread_frac",
+SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode",
                "seed", "core_frac",
                "scenario", "window", "block_search")
 
@@ -517,7 +516,6 @@ def command() -> Any:
     """What ``pacml train-adaptive``'s config holds, for the one check before any work."""
     count, positive = KeyRule(int, low=1), KeyRule(float, low=0.0, low_open=True)
     ranges = {"num_conditions": count, "seeds_per_condition": count, "jobs_per_episode": KeyRule(int, low=20),
-              "size_spread_frac": KeyRule(float, low=0.0, high=1.0),
               "workers": count, "seed": KeyRule(int, low=0, high=MAX_SEED),
               "time_budget_s": KeyRule(float | None, low=0.0, low_open=True),
               "teacher_budget_frac": KeyRule(float, low=0.0, low_open=True, high=1.0), "val_every": KeyRule(int, low=2),

@@ -831,8 +831,10 @@ def test_compose_condition_is_hydras_composition() -> None:
     from pacml.agent.env import compose_condition
 
     for i in range(16):
-        over = sample_condition(np.random.default_rng([9, i]), 300, 0.5, "physical" if i % 4 == 0 else "paper",
-                                size_spread_frac=0.5, spread_rng=np.random.default_rng([10, i]))
+        over = sample_condition(np.random.default_rng([9, i]), 300, 0.5, "physical" if i % 4 == 0 else "paper")
+        if i % 2:  # a resized mix
+            count = len(next(o for o in over if o.startswith("workload.graphs=")).split(","))
+            over.append(f"workload.time_scales=[{','.join(f'{0.5 + 0.1 * k:.3f}' for k in range(count))}]")
         fast = compose_condition(over)
         fast.mean_interarrival_s = -1.0  # a caller's edit must not reach the cached groups
         fast = OmegaConf.to_container(compose_condition(over), resolve=True)
