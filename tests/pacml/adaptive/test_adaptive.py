@@ -767,7 +767,7 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     # A run saved with a retired setting resumes without it at the value that turned it off, and not
     # at any other (pacml/checkpoints/physical_adaptive_knn/train_config.yaml holds them, off).
     for key, off, on in (("tune_neighbours", False, True), ("label_horizon_s", None, 1.0e6),
-                           ("jobs_per_server", 0, 4.0), ("minibatch_rows", None, 2000)):
+                           ("jobs_per_server", 0, 4.0), ("minibatch_rows", None, 2000), ("size_spread_frac", 0.0, 1.0)):
         saved.adaptive[key] = off
         OmegaConf.save(saved, refit / "train_config.yaml")
         train_from_config(resume, refit, [f"resume={refit}"])
