@@ -230,7 +230,10 @@ def part_make_run(work: Path, env: dict[str, str]) -> dict[str, str]:
 
 def _condition_args() -> list[tuple[str, list[str]]]:
     """(name, pacml-sim overrides) of every grid condition with policy=pacml, at its first seed."""
-    from pacml.conditions import EVAL_SEEDS, GRID, agent_overrides  # recorded once, replayed after
+    try:  # recorded once (the baseline at 967f795 had pacml.conditions), replayed after
+        from pacml.adaptive.conditions import EVAL_SEEDS, GRID, agent_overrides
+    except ModuleNotFoundError:
+        from pacml.conditions import EVAL_SEEDS, GRID, agent_overrides
 
     return [(c.name, [*c.overrides, *agent_overrides(["policy=pacml"], c), f"seed={EVAL_SEEDS[0]}", "progress=false"])
             for c in GRID]
