@@ -53,7 +53,7 @@ PPO_RANGES = {
     "eval_seeds": Rule(list[int], low=0, non_empty=True), "seed": Rule(int, low=0), "torch_threads": _COUNT,
     "condition_jobs": _COUNT, "val_conditions": _COUNT,
 }
-#: What ``pacml train``'s config holds, for the one check before any work (simulator/schema.py).
+#: What ``pacml train``'s config holds, for the one check before any work (simulator/config.py).
 COMMAND = HydraCommand(
     PROG, "train",
     keys={**SIM_KEYS, "resume": Rule(str | None, non_empty=True), **dataclass_rules("ppo", PPOConfig, PPO_RANGES)},

@@ -295,7 +295,7 @@ def distill_from_config(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 
 def command() -> Any:
-    """What ``pacml distill``'s config holds, for the one check before any work (simulator/schema.py)."""
+    """What ``pacml distill``'s config holds, for the one check before any work (simulator/config.py)."""
     count = Rule(int, low=1)
     ranges = {
         "checkpoint": Rule(str, non_empty=True), "episodes": count, "workers": count, "window_jobs": count,
