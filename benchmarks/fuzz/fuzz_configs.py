@@ -201,15 +201,13 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
         b += train_atoms_bad(rng)
     else:
         g += [
-            good(f"distill.mode={rng.choice(['imitate', 'critic'])}"), good("distill.episodes=4"),
-            good("distill.margin_jobs=0.5"), good("distill.critic_margins=[0.0,0.2]"),
-            good("distill.soft_temperature_jobs=0.5"), good("distill.time_budget_s=60"),
+            good("distill.episodes=4"), good("distill.margin_jobs=0.5"),
+            good("distill.critic_margins=[0.0,0.2]"), good("distill.time_budget_s=60"),
         ]
         b += [
-            bad(f"distill.mode={rng.choice(['x', 'null', 'Critic'])}"),
             bad(f"distill.episodes={rng.choice(['0', '-1', 'abc'])}"),
             bad("distill.critic_margins=[-1]"), bad("distill.eval_seeds=[]"), bad("distill.episods=3"),
-            bad("distill=null"), bad("distill.workers=0"), bad("distill.learning_rate=abc"),
+            bad("distill=null"), bad("distill.workers=0"),
         ]
     return g, b
 
