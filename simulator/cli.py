@@ -32,7 +32,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from simulator.config import SIM_KEYS, SIM_PLUGINS, Rule, flat_keys, suggest, validate_config
+from simulator.config import (
+    SIM_KEYS,
+    SIM_PLUGINS,
+    Rule,
+    flat_keys,
+    retired_error,
+    suggest,
+    validate_config,
+)
 from simulator.errors import ConfigError, InvalidDecision, one_line
 from workloads.errors import WorkloadError
 
@@ -201,6 +209,9 @@ def _composition_error(composer: Composer, exc: Exception, overrides: list[str])
     match = re.match(r"Could not override '([^']+)'", text)
     if match is not None:
         key = match.group(1)
+        retired = retired_error(key)
+        if retired is not None:
+            return str(retired)
         others = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != key]
         known = composer.known_keys(others)
         if "." in key and key.rpartition(".")[0] in known and key.rpartition(".")[0].split(".")[0] in ("policy",):

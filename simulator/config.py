@@ -51,6 +51,55 @@ OLD_TARGETS: dict[str, str] = {
     "pacml.critic.CriticPolicy": "pacml.critic.policy.PacMLCriticPolicy",
 }
 
+_CRITIC = ("the adaptive agent's deviation critic did nothing measurable and was never shipped "
+           "(docs/journal/conditions-2.md); policy.condition_critics stays")
+_IMITATE = ("pacml distill's imitate mode and its settings never beat the agent; distill trains the "
+            "deviation critic only (docs/journal/agents.md)")
+#: Retired options, key -> why (one line): a command line or config setting one is refused naming it
+#: as retired (:func:`retired_error`), not as an unknown key. Saved runs holding one at the value that
+#: turned it off still load where their loaders say so (pacml/adaptive/train.py).
+RETIRED: dict[str, str] = {
+    "policy.selector_memory": "averaging the selector's scores over 64 jobs measured no better on the grid "
+                              "(docs/journal/conditions-1.md)",
+    "policy.shadow_count_from_warmup": "counting the shadows' evidence from the warm-up's end measured worse "
+                                       "(docs/journal/conditions-2.md)",
+    "policy.window_margin": "a separate margin for the first whole-window pick measured no better "
+                            "(docs/journal/conditions-2.md)",
+    "policy.lookup_first_above_servers": "letting the lookup decide from the first job on big clusters measured "
+                                         "worse on the grid (docs/journal/conditions-1.md)",
+    "policy.shadow_max_servers": "shadows run on every cluster: placing in blocks, they help on 512 servers too "
+                                 "(docs/journal/conditions-1.md, conditions-2.md)",
+    "policy.critic": _CRITIC,
+    "policy.critic_margin": _CRITIC,
+    "adaptive.tune_neighbours": "tuning the lookup's distance weights changed almost nothing in simulation "
+                                "(docs/journal/conditions-1.md)",
+    "adaptive.label_horizon_s": "ranking rules over a longer horizon trained a worse agent "
+                                "(docs/journal/conditions-1.md)",
+    "adaptive.jobs_per_server": "longer training episodes on big clusters measured worse "
+                                "(docs/journal/conditions-1.md)",
+    "adaptive.minibatch_rows": "many optimiser steps per fit epoch trained a worse agent on the grid "
+                               "(docs/journal/conditions-1.md)",
+    "adaptive.size_spread_frac": "resizing the training graphs measured no better on the grid "
+                                 "(docs/journal/conditions-2.md)",
+    **{f"distill.{key}": _IMITATE for key in ("mode", "epochs", "learning_rate", "batch_size", "change_weight",
+                                              "soft_temperature_jobs")},
+}
+#: Retired values, (key, value) -> why: refused like :data:`RETIRED`.
+RETIRED_VALUES: dict[tuple[str, Any], str] = {
+    ("net.order", "heft"): "the decoder on HEFT's clock won fewer held-out pairs than the shipped placer "
+                           "(docs/journal/placer.md); use rank, full_rank or first",
+}
+
+
+def retired_error(key: str, value: Any = None) -> ConfigError | None:
+    """The one-line error for a retired option (``key``, or ``key=value``), or ``None``."""
+    if isinstance(value, str) and (key, value) in RETIRED_VALUES:
+        return ConfigError(f"{value} was retired: {RETIRED_VALUES[key, value]}", field=key)
+    if key in RETIRED:
+        return ConfigError(f"was retired: {RETIRED[key]}", field=key)
+    return None
+
+
 #: The shipped config directory (``conf/``).
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -329,6 +378,9 @@ def check_plugin(cfg: DictConfig, section: str, given: set[str]) -> None:
                 with open_dict(node):
                     del node[key]
                 continue
+            retired = retired_error(full)
+            if retired is not None:
+                raise retired
             takes = _key_list(params) or "no arguments"
             raise ConfigError(f"{name} takes no argument {key!r}{suggest(key, params)} (it takes: {takes})",
                               field=full)
@@ -458,11 +510,15 @@ def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
                 value = _plain(cfg, key)
                 raise ConfigError(f"must be a config section, got {_describe(value)}", field=key)
             continue
-        raise ConfigError(f"unknown key{suggest(key, list(keys) + list(sections))}", field=key)
+        raise retired_error(key) or ConfigError(f"unknown key{suggest(key, list(keys) + list(sections))}",
+                                                field=key)
     present = set(flat_keys(cfg))
     for key, rule in keys.items():
         if key in present:
-            check_rule(key, _plain(cfg, key), rule)
+            value = _plain(cfg, key)
+            if isinstance(value, str) and (key, value) in RETIRED_VALUES:
+                raise ConfigError(f"{value} was retired: {RETIRED_VALUES[key, value]}", field=key)
+            check_rule(key, value, rule)
         elif rule.required:
             raise ConfigError("is missing", field=key)
     for section in plugins:

@@ -20,9 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pacml.adaptive.train import command as adaptive_command
 from pacml.agent.train import COMMAND as TRAIN
 from pacml.critic.distill import command as distill_command
+from pacml.placer.cli import COMMAND as TRAIN_PLACER
 from simulator.cli import preflight
+from simulator.config import RETIRED
 from simulator.run import COMMAND as SIM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,3 +235,19 @@ def test_generated_command_lines_are_judged_right_and_errors_are_one_line(comman
         tally.add(command, args, atoms, f.run_inprocess(lambda: entry(list(args))))
     assert tally.tracebacks == tally.invalid_accepted == tally.valid_rejected == 0, tally.examples
     assert tally.multi_line == tally.not_naming == tally.bad_status == 0, tally.examples
+
+
+# ------------------------------------------------------------------- retired options
+def _retired_cases() -> list[tuple[str, str]]:
+    cases = [(key, f"{prefix}{key}=1") for key in RETIRED for prefix in ("", "+")]
+    return [*cases, ("net.order", "net.order=heft")]
+
+
+@pytest.mark.parametrize(("key", "override"), _retired_cases())
+def test_a_retired_option_is_refused_in_one_line_naming_it_retired(capsys: pytest.CaptureFixture[str], key: str,
+                                                                  override: str) -> None:
+    section = key.split(".")[0]
+    cmd, args = {"policy": (SIM, ["policy=pacml"]), "adaptive": (adaptive_command(), []),
+                 "distill": (distill_command(), []), "net": (TRAIN_PLACER, [])}[section]
+    err = one_line_error(capsys, lambda: preflight(cmd, [*args, override]), cmd.prog)
+    assert f"field '{key}': " in err and "was retired: " in err and "unknown" not in err, err

@@ -786,7 +786,7 @@ def test_refit_fits_on_another_runs_search_with_new_fit_settings(tmp_path) -> No
     ("+adaptive.nope=1", "field 'adaptive.nope': unknown key"),
     ("resume=/no/such/run", "field 'resume': no pacml train-adaptive run"),
     ("refit=/no/such/run", "field 'refit': no pacml train-adaptive teacher search"),
-    ("adaptive.minibatch_rows=2000", "unknown config key 'adaptive.minibatch_rows'"),
+    ("adaptive.minibatch_rows=2000", "field 'adaptive.minibatch_rows': was retired"),
     ("adaptive.neighbours=0", "field 'adaptive.neighbours'"),
     ("refit=SOURCE adaptive.seed=3", "field 'adaptive.seed': a refit reuses"),
     ("adaptive.block_search=-1", "field 'adaptive.block_search'"),
