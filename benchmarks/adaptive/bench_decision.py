@@ -133,7 +133,7 @@ def measure(cluster: str, beta: str, episodes: int, interarrival_s: float | None
         step_model.step = timer.wrap("lookahead", step_model.step)
         if not adaptive:
             policy.encoder.encode = timer.wrap("features", policy.encoder.encode)
-            policy._probabilities = timer.wrap("forward", policy._probabilities)
+            policy.probabilities = timer.wrap("forward", policy.probabilities)
         else:
             policy.tracker.features = timer.wrap("features", policy.tracker.features)
             policy.weights.scores = timer.wrap("forward", policy.weights.scores)

@@ -153,7 +153,8 @@ class PacMLBetaPolicy:
             self._embeddings[key] = emb
         return emb
 
-    def _probabilities(self, job: JobSpec, obs: dict) -> torch.Tensor:
+    def probabilities(self, job: JobSpec, obs: dict) -> torch.Tensor:
+        """Probability of every action of the encoded observation ``obs`` (0 where masked)."""
         import torch
 
         with torch.no_grad():
@@ -168,7 +169,7 @@ class PacMLBetaPolicy:
 
         with _intra_op_threads(self.num_threads):
             obs = self.encoder.encode(job, state)
-            probs = self._probabilities(job, obs)
+            probs = self.probabilities(job, obs)
             if self.deterministic:
                 action = int(torch.argmax(probs))
             else:

@@ -124,7 +124,7 @@ def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, p
         raw = env.raw_observation
         job, state = env.current_job, env.current_state()
         decision = planner.decide(job, state)
-        agent_action = int(torch.argmax(agent._probabilities(job, raw)))  # what the agent alone does
+        agent_action = int(torch.argmax(agent.probabilities(job, raw)))  # what the agent alone does
         row = np.full(n_actions, np.nan, dtype=np.float32)
         for degree, score in planner.last_scores.items():
             row[degree] = score

@@ -65,7 +65,7 @@ class PacMLCriticPolicy:
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The agent's degree, unless the critic predicts another blocks ``margin_jobs`` fewer jobs."""
         obs = self.agent.encoder.encode(job, state)
-        base = int(torch.argmax(self.agent._probabilities(job, obs)))
+        base = int(torch.argmax(self.agent.probabilities(job, obs)))
         self.stats["decisions"] += 1
         best = deviation(self.critic, self.agent.encoder, obs, state, base, self.margin_jobs)
         if best != base:

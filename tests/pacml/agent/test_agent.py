@@ -698,13 +698,13 @@ def test_decisions_run_on_one_torch_thread_and_restore_the_count() -> None:
     assert cfg.policy.num_threads == 1
     seen: list[int] = []
     policy = PacMLBetaPolicy("paper_betaC")
-    decide = policy._probabilities
+    decide = policy.probabilities
 
     def spy(job, obs):
         seen.append(torch.get_num_threads())
         return decide(job, obs)
 
-    policy._probabilities = spy  # type: ignore[method-assign]
+    policy.probabilities = spy  # type: ignore[method-assign]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
