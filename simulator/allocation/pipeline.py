@@ -1,10 +1,10 @@
 """Pipeline-parallel jobs (``scenario=pipeline``, ``sim.pipeline``): a job at degree ``k`` holds a
 block of ``k`` servers and runs as a pipeline of at most ``k`` stages on them.
 
-The cut comes from a stage placer (any ``conf/method/`` placer, ``sim.pipeline.stage_placer``)
-run with the ``pipeline`` objective on the block's servers (:func:`ramp_block_devices`, in the
+The cut comes from a stage placer (``sim.pipeline.stage_placer``: a ``conf/method/`` placer whose
+cuts are always contiguous, :data:`STAGE_PLACERS`) run with the ``pipeline`` objective on the block's servers (:func:`ramp_block_devices`, in the
 block's server order) and the job's graph cut into ``M`` micro-batches
-(:func:`micro_batch_graph`); the iteration time and memory per stage are those of
+(:func:`job_compute_graph`, with the pipeline's memory per op); the iteration time and memory per stage are those of
 :mod:`simulator.place.pipeline_schedule` (one cost model). A step of the simulator is one
 iteration, so ``JCT = steps x iteration time`` (converted from seconds to the simulator's clock).
 A stage over its server's memory, or a placement that is not a pipeline, makes the block
@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from simulator.allocation.first_fit import FirstFitAllocator, Placement
@@ -36,6 +36,7 @@ from simulator.place.objectives import PipelineObjective, PlacementError
 from simulator.place.pipeline_schedule import (
     PipelineEstimate,
     PipelineSettings,
+    in_flight,
     micro_batch_graph,
     pipeline_estimate,
     training_graph_bytes,
@@ -47,8 +48,29 @@ from workloads.graph import TrainingGraph
 
 log = logging.getLogger(__name__)
 
-#: ``sim.pipeline`` keys and their defaults.
-DEFAULTS: dict[str, Any] = {"schedule": "1f1b", "micro_batches": 8, "state_factor": 4.0, "stage_placer": "pipedream"}
+#: Stage placers whose placement is always a pipeline (contiguous stages, :func:`stage_order`):
+#: PipeDream's partitioner and the DP split the graph into contiguous stages by construction, and
+#: ``single`` puts it on one server. The others (heft, m_etf, round_robin, local_search, ...) often
+#: cut a graph so that two servers feed each other, which no pipeline schedule runs (docs/pipeline.md).
+STAGE_PLACERS = ("pipedream", "dp", "single")
+
+
+@dataclass(frozen=True)
+class PipelineJobSettings(PipelineSettings):
+    """``sim.pipeline``: the schedule's settings plus the stage placer (the one place its keys,
+    defaults and checks live).
+
+    Attributes:
+        stage_placer: The ``conf/method/`` placer that cuts a job's graph: one of :data:`STAGE_PLACERS`.
+    """
+
+    stage_placer: str = "pipedream"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.stage_placer not in STAGE_PLACERS:
+            raise ConfigError(f"must be one of {', '.join(STAGE_PLACERS)} (the placers whose cuts are always "
+                              f"contiguous stages), got {self.stage_placer!r}", field="pipeline.stage_placer")
 
 
 @dataclass(frozen=True)
@@ -72,10 +94,21 @@ class PipelineCut:
     reason: str
 
 
-def job_compute_graph(graph: TrainingGraph, micro_batches: int) -> ComputeGraph:
-    """The graph a stage placer sees for ``graph``: its training step in seconds
-    (:meth:`ComputeGraph.from_training_graph`) cut into ``micro_batches`` micro-batches."""
-    return micro_batch_graph(ComputeGraph.from_training_graph(graph), micro_batches)
+def job_compute_graph(graph: TrainingGraph, settings: PipelineSettings, degree: int) -> ComputeGraph:
+    """The graph a stage placer sees for ``graph`` at ``degree``: its training step in seconds
+    (:meth:`ComputeGraph.from_training_graph`) cut into ``M`` micro-batches, with the pipeline's
+    memory per node (one memory model): forward op ``i`` carries ``state_factor x P_i + n x A_i / M``
+    and backward nodes nothing, ``n`` the most micro-batches any stage holds in flight (GPipe
+    ``M``, 1F1B ``min(degree, M)``: stage 0's). The sum over a device is therefore an upper bound of
+    its stage's memory in :func:`pipeline_estimate` (exact for the first stage under GPipe, and
+    under 1F1B when every server is a stage; a later 1F1B stage holds ``n_i < n`` micro-batches, which no per-op memory can express): a cut the
+    placer finds feasible always fits, and only a later stage within ``(n - n_i) x A_i / M`` of its
+    server's memory is refused that would have fitted."""
+    m = settings.micro_batches
+    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), m)
+    n = int(in_flight(settings.schedule, degree, m)[0]) if degree else m
+    params, acts = training_graph_bytes(graph)
+    return replace(g, memory_bytes=settings.state_factor * params + n * acts / m)
 
 
 def pipeline_cut(graph: TrainingGraph, devices_servers: tuple[int, ...], topology: RampTopology,
@@ -83,7 +116,7 @@ def pipeline_cut(graph: TrainingGraph, devices_servers: tuple[int, ...], topolog
     """Run ``placer`` (``place(objective, *, seed)``) with the ``pipeline`` objective on the
     servers ``devices_servers`` (in that order) and price its placement (module docstring)."""
     m = settings.micro_batches
-    g = job_compute_graph(graph, m)
+    g = job_compute_graph(graph, settings, len(devices_servers))
     devices = ramp_block_devices(topology, devices_servers, name=f"ramp_block({len(devices_servers)} servers)")
     objective = PipelineObjective(g, devices)
     placement = np.asarray(placer.place(objective, seed=seed).placement, dtype=np.int64)
@@ -92,7 +125,10 @@ def pipeline_cut(graph: TrainingGraph, devices_servers: tuple[int, ...], topolog
         # Activations are stashed per micro-batch: the profile's mini-batch activations / M.
         est = pipeline_estimate(objective, placement, settings, parameter_bytes=params, activation_bytes=acts / m)
     except PlacementError as exc:
-        return PipelineCut(placement, None, float("inf"), False, one_line(str(exc)))
+        # A placer that finds no cut within memory may return any placement: say why.
+        why = objective.infeasibility(placement)
+        reason = f"no cut fits in memory: {why}" if why else one_line(str(exc))
+        return PipelineCut(placement, None, float("inf"), False, reason)
     # Seconds to the simulator's clock (the graph's time unit: 1 s in the physical scenario).
     iteration = est.iteration_s / graph.forward.time_unit_s
     return PipelineCut(placement, est, iteration, est.feasible, est.reason)
@@ -241,25 +277,22 @@ def _message(exc: ConfigError) -> str:
     return text[len(prefix):] if exc.field and text.startswith(prefix) else text
 
 
-def pipeline_config(node: Mapping[str, Any] | None) -> tuple[PipelineSettings, str]:
-    """``(settings, stage placer name)`` from ``sim.pipeline`` (missing keys take :data:`DEFAULTS`).
+def pipeline_config(node: Any) -> PipelineJobSettings:
+    """The settings of ``sim.pipeline`` (missing keys take :class:`PipelineJobSettings`' defaults).
 
     Raises:
-        ConfigError: An unknown key or a bad value (field ``sim.pipeline.<key>``).
+        ConfigError: Not a mapping, an unknown key or a bad value (field ``sim.pipeline.<key>``).
     """
-    data = dict(node or {})
-    unknown = sorted(set(data) - set(DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown key (expected {', '.join(DEFAULTS)})", field=f"sim.pipeline.{unknown[0]}")
-    data = {**DEFAULTS, **data}
-    placer = data.pop("stage_placer")
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    if node is not None and not isinstance(node, Mapping):
+        raise ConfigError(f"must be a mapping of pipeline settings or null, got {node!r}", field="sim.pipeline")
     try:
-        settings = PipelineSettings.from_config(data)
+        return PipelineJobSettings.from_config(node)
     except ConfigError as exc:
         raise ConfigError(_message(exc), field=f"sim.{exc.field}") from None
-    if not isinstance(placer, str) or not placer:
-        raise ConfigError(f"must be a placer name, got {placer!r}", field="sim.pipeline.stage_placer")
-    return settings, placer
+    except TypeError as exc:  # a non-string key
+        raise ConfigError(one_line(str(exc)), field="sim.pipeline") from None
 
 
 def build_pipeline(topology: RampTopology, node: Mapping[str, Any], partitioner: Partitioner
@@ -269,11 +302,9 @@ def build_pipeline(topology: RampTopology, node: Mapping[str, Any], partitioner:
     Raises:
         ConfigError: Bad settings, or a stage placer that is unknown or cannot be built.
     """
-    settings, name = pipeline_config(node)
-    try:
-        method = method_node(name)
-    except ConfigError as exc:
-        raise ConfigError(_message(exc).replace("op placer", "stage placer"), field="sim.pipeline.stage_placer") from None
+    settings = pipeline_config(node)
+    name = settings.stage_placer
+    method = method_node(name)
     try:
         placer = instantiate_checked(method, "sim.pipeline.stage_placer")
     except OmegaConfBaseException as exc:

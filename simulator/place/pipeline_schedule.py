@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -74,12 +74,12 @@ class PipelineSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> PipelineSettings:
-        """Settings from a mapping (``schedule``, ``micro_batches``, ``state_factor``); unknown keys refused."""
+        """Settings from a mapping (the dataclass's fields; missing ones take their defaults); unknown keys refused."""
         cfg = dict(cfg or {})
-        unknown = sorted(set(cfg) - {"schedule", "micro_batches", "state_factor"})
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(cfg) - set(names))
         if unknown:
-            raise ConfigError("unknown key (expected schedule, micro_batches, state_factor)",
-                              field=f"pipeline.{unknown[0]}")
+            raise ConfigError(f"unknown key (expected {', '.join(names)})", field=f"pipeline.{unknown[0]}")
         return cls(**cfg)
 
 

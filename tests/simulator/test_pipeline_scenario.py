@@ -9,7 +9,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from simulator.allocation.op_placer import method_node
-from simulator.allocation.pipeline import PipelineAllocator
+from simulator.allocation.pipeline import (
+    STAGE_PLACERS,
+    PipelineAllocator,
+    job_compute_graph,
+    pipeline_cut,
+)
 from simulator.build import (
     SimKnobs,
     build_feasibility,
@@ -232,8 +237,13 @@ def test_bad_settings_are_refused(pipeline_cfg) -> None:
         build_feasibility(topo, {**sim, "pipeline": {"stages": 4}})
     with pytest.raises(ConfigError, match="sim.pipeline.schedule"):
         build_feasibility(topo, {**sim, "pipeline": {"schedule": "pipedream"}})
-    with pytest.raises(ConfigError, match="sim.pipeline.stage_placer.*unknown stage placer"):
-        build_feasibility(topo, {**sim, "pipeline": {"stage_placer": "nope"}})
+    for name in ("nope", "first_fit", "heft", "round_robin", "local_search", "m_etf"):
+        # One line naming the allowed placers (whose cuts are always contiguous stages), not a list
+        # of every conf/method/ name (first_fit is no stage placer).
+        with pytest.raises(ConfigError, match=r"sim.pipeline.stage_placer.*must be one of pipedream, dp, single "
+                           rf"\(.*contiguous stages\), got '{name}'") as err:
+            build_feasibility(topo, {**sim, "pipeline": {"stage_placer": name}})
+        assert "\n" not in str(err.value) and "available" not in str(err.value)
     with pytest.raises(ConfigError, match="sim.split_ops"):
         build_feasibility(topo, {**sim, "split_ops": True, "pipeline": {}})
     # Without sim.pipeline, the physical scenario's model is untouched.
@@ -261,3 +271,72 @@ def test_a_placer_that_refuses_a_block_names_the_stage_placer(workload) -> None:
     mixed = next(b for b in feas.placer.free_blocks(2, 0) if len({feas.topology.server_kind[s] for s in b.servers}) == 2)
     with pytest.raises(ConfigError, match=r"sim.pipeline.stage_placer.*'dp' on a block of gpu\+gpu_half"):
         feas.table(_job(workload.by_name["vgg16"]), 0).jct_s(2, mixed)
+
+
+def _sweep_blocks(topo: RampTopology, degree: int) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """One block of ``degree`` servers per distinct order of server kinds (the cut's cache key)."""
+    kinds = topo.server_kind_index.tolist()
+    out: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for block in topo.blocks(degree):
+        out.setdefault(tuple(kinds[s] for s in block.servers), block.servers)
+    return out
+
+
+@pytest.mark.parametrize("placer", ["pipedream", "single"])
+def test_the_allowed_stage_placers_always_cut_a_pipeline(placer: str) -> None:
+    # Every shipped graph at degrees 2, 4, 8 on ramp32: the allowed placers' cuts are contiguous
+    # stages (a placement that is no pipeline would block the job silently). The full matrix
+    # (dp too, ramp32_hetero): test_the_allowed_stage_placers_cut_a_pipeline_on_every_cluster.
+    cfg = compose_sim("scenario=pipeline", "workload=all")
+    topo, graphs = build_topology(cfg), build_workload(cfg).training_graphs
+    jobs_placer = instantiate_checked(method_node(placer), "method")
+    for k in (2, 4, 8):
+        for servers in _sweep_blocks(topo, k).values():
+            for graph in graphs:
+                cut = pipeline_cut(graph, servers, topo, DEFAULT, jobs_placer)
+                assert cut.estimate is not None, (graph.name, k, cut.reason)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero"])
+def test_the_allowed_stage_placers_cut_a_pipeline_on_every_cluster(cluster: str) -> None:
+    cfg = compose_sim("scenario=pipeline", "workload=all", f"cluster={cluster}")
+    topo, graphs = build_topology(cfg), build_workload(cfg).training_graphs
+    for name in STAGE_PLACERS:
+        placer = instantiate_checked(method_node(name), "method")
+        for k in (2, 4, 8):
+            for kinds, servers in _sweep_blocks(topo, k).items():
+                if name == "dp" and len(set(kinds)) > 1:
+                    continue  # the DP refuses a block of two kinds (test_a_placer_that_refuses_...)
+                for graph in graphs:
+                    cut = pipeline_cut(graph, servers, topo, DEFAULT, placer)
+                    assert cut.estimate is not None, (name, graph.name, k, cut.reason)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_the_placer_sees_the_pipelines_memory(schedule: str) -> None:
+    # One memory model: the graph the stage placer sees carries state_factor x P + n x A / M per
+    # forward op (n: stage 0's micro-batches in flight), so a cut the placer finds within memory is
+    # never refused for memory, on every shipped graph at degrees 2, 4, 8 on ramp32, and at state
+    # factors where some degrees fit and some do not.
+    cfg = compose_sim("scenario=pipeline", "workload=all")
+    topo, graphs = build_topology(cfg), build_workload(cfg).training_graphs
+    placer = instantiate_checked(method_node("pipedream"), "method")
+    outcomes = set()
+    for factor in (4.0, 2_000.0, 20_000.0):
+        settings = PipelineSettings(schedule=schedule, micro_batches=8, state_factor=factor)
+        for k in (2, 4, 8):
+            servers = next(iter(_sweep_blocks(topo, k).values()))
+            for graph in graphs:
+                g = job_compute_graph(graph, settings, k)
+                params, acts = training_graph_bytes(graph)
+                n = 8 if schedule == "gpipe" else min(k, 8)
+                np.testing.assert_allclose(g.memory_bytes, factor * params + n * acts / 8, rtol=1e-12)
+                cut = pipeline_cut(graph, servers, topo, settings, placer)
+                placer_fits = PipelineObjective(g, ramp_block_devices(topo, servers)).feasible(cut.node_device)
+                if placer_fits:
+                    assert cut.feasible, (factor, graph.name, k, cut.reason)
+                else:  # the placer found no cut within memory: refused, saying so
+                    assert not cut.feasible and "needs" in cut.reason, (factor, graph.name, k, cut.reason)
+                outcomes.add(placer_fits)
+    assert outcomes == {True, False}  # not vacuous
