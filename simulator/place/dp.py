@@ -525,7 +525,7 @@ class DPPlacer:
                 c -= 1
             i = j
         placement = placement_of_class[cg.owner]
-        check = objective._value(placement)
+        check = objective.raw_value(placement)
         # With one output time per node the table is the objective; otherwise each node was priced
         # by its largest output, so the table bounds the objective from above.
         agrees = math.isclose(check, best, rel_tol=1e-6, abs_tol=1e-12)

@@ -75,8 +75,8 @@ def pipeline_node_costs(objective: BoundObjective) -> NodeCosts:
 
 def _edge_times(objective: BoundObjective, a: int, b: int, e: int) -> NDArray[np.float64]:
     """Time of every edge if its source were on device ``a`` and its destination on ``b``."""
-    t = objective.devices.transfer_time_s(np.full(e, a), np.full(e, b), objective._edge_bytes)
-    return np.where(objective._has_fixed, objective._fixed_cost, t)
+    t = objective.devices.transfer_time_s(np.full(e, a), np.full(e, b), objective.edge_bytes)
+    return np.where(objective.has_fixed, objective.fixed_cost, t)
 
 
 # ---------------------------------------------------------------------- compiled kernel
@@ -239,7 +239,8 @@ class IncrementalPipeline:
         return float(self.loads.max())
 
 
-def _check_int(value, key: str, *, low: int, allow_none: bool = False) -> int | None:
+def check_int(value, key: str, *, low: int, allow_none: bool = False) -> int | None:
+    """``value`` as an int ``>= low`` (or ``None`` if allowed); else a ConfigError naming ``method.key``."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
@@ -248,7 +249,8 @@ def _check_int(value, key: str, *, low: int, allow_none: bool = False) -> int | 
     return int(value)
 
 
-def _check_float(value, key: str, *, low: float, high: float = math.inf, low_open: bool = True) -> float:
+def check_float(value, key: str, *, low: float, high: float = math.inf, low_open: bool = True) -> float:
+    """``value`` as a finite float in the range; else a ConfigError naming ``method.key``."""
     ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) \
         and (value > low if low_open else value >= low) and value <= high
     if not ok:
@@ -346,8 +348,8 @@ class LocalSearchPlacer:
 
     def __init__(self, restarts: int = 10, max_evaluations: int | None = None, respect_memory: bool = False,
                  move_rule: str = "best") -> None:
-        self.restarts = _check_int(restarts, "restarts", low=1)
-        self.max_evaluations = _check_int(max_evaluations, "max_evaluations", low=1, allow_none=True)
+        self.restarts = check_int(restarts, "restarts", low=1)
+        self.max_evaluations = check_int(max_evaluations, "max_evaluations", low=1, allow_none=True)
         self.respect_memory = _check_bool(respect_memory, "respect_memory")
         if move_rule not in ("best", "first"):
             raise ConfigError(f"must be 'best' or 'first', got {move_rule!r}", field="method.move_rule")
@@ -363,7 +365,7 @@ class LocalSearchPlacer:
         targets = np.flatnonzero(~devs.is_cpu)
         if not len(targets):
             targets = np.arange(devs.num_devices)
-        gtime = _group_time(objective)
+        gtime = group_time(objective)
         runnable = np.isfinite(gtime[:, targets])
         movable = np.flatnonzero(runnable.any(axis=1))
         # A group no accelerator can run stays on its fastest device (the CPU).
@@ -440,7 +442,7 @@ class LocalSearchPlacer:
 
     def _climb_generic(self, objective, gdev, movable, targets, budget):
         g = objective.graph
-        gtime = _group_time(objective)
+        gtime = group_time(objective)
         group_mem = g.group_memory_bytes
         cap = objective.capacity_bytes
         used = 0
@@ -452,7 +454,7 @@ class LocalSearchPlacer:
                 return objective.value_groups(assign)
             placement = expand_groups(objective, assign)
             objective.evaluations += 1
-            return objective._value(objective.check(placement))
+            return objective.raw_value(objective.check(placement))
 
         current = price(gdev)
         used += 1
@@ -509,7 +511,7 @@ def climb_groups(objective: BoundObjective, group_device: NDArray[np.int64], mov
     return gdev, value, used
 
 
-def _group_time(objective: BoundObjective) -> NDArray[np.float64]:
+def group_time(objective: BoundObjective) -> NDArray[np.float64]:
     """(G, D) compute time of each group on each device (inf where some node cannot run)."""
     g = objective.graph
     out = np.zeros((g.num_groups, objective.devices.num_devices))
@@ -540,11 +542,11 @@ class AnnealPlacer:
 
     def __init__(self, max_evaluations: int = 20_000, initial_temperature: float = 0.05,
                  final_temperature: float = 1e-4, swap_probability: float = 0.3) -> None:
-        self.max_evaluations = _check_int(max_evaluations, "max_evaluations", low=1)
-        self.initial_temperature = _check_float(initial_temperature, "initial_temperature", low=0.0)
-        self.final_temperature = _check_float(final_temperature, "final_temperature", low=0.0,
+        self.max_evaluations = check_int(max_evaluations, "max_evaluations", low=1)
+        self.initial_temperature = check_float(initial_temperature, "initial_temperature", low=0.0)
+        self.final_temperature = check_float(final_temperature, "final_temperature", low=0.0,
                                               high=self.initial_temperature)
-        self.swap_probability = _check_float(swap_probability, "swap_probability", low=0.0, high=1.0,
+        self.swap_probability = check_float(swap_probability, "swap_probability", low=0.0, high=1.0,
                                              low_open=False)
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
@@ -572,7 +574,7 @@ class AnnealPlacer:
         g, d = objective.graph, objective.devices.num_devices
         rng = np.random.default_rng(seed)
         before = objective.evaluations
-        gtime = _group_time(objective)
+        gtime = group_time(objective)
         group_mem = g.group_memory_bytes
         cap = np.asarray(objective.capacity_bytes, dtype=np.float64)
         gdev, start_name = self._start(objective, gtime, group_mem, cap)

@@ -25,9 +25,9 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError
 from simulator.place.local_search import (
     LocalSearchPlacer,
-    _check_float,
-    _check_int,
-    _group_time,
+    check_float,
+    check_int,
+    group_time,
     pipeline_node_costs,
 )
 from simulator.place.objectives import BoundObjective, PipelineObjective
@@ -55,10 +55,10 @@ class MipPlacer:
 
     def __init__(self, time_limit_s: float = 60.0, mip_gap: float = 1e-3, warm_start: Any = "local_search",
                  threads: int = 1, random_seed: int = 0) -> None:
-        self.time_limit_s = _check_float(time_limit_s, "time_limit_s", low=0.0)
-        self.mip_gap = _check_float(mip_gap, "mip_gap", low=0.0, high=1.0, low_open=False)
-        self.threads = _check_int(threads, "threads", low=1)
-        self.random_seed = _check_int(random_seed, "random_seed", low=0)
+        self.time_limit_s = check_float(time_limit_s, "time_limit_s", low=0.0)
+        self.mip_gap = check_float(mip_gap, "mip_gap", low=0.0, high=1.0, low_open=False)
+        self.threads = check_int(threads, "threads", low=1)
+        self.random_seed = check_int(random_seed, "random_seed", low=0)
         if isinstance(warm_start, str) and warm_start not in ("local_search", "single"):
             raise ConfigError(f"must be null, 'local_search', 'single' or a placement, got {warm_start!r}",
                               field="method.warm_start")
@@ -242,7 +242,7 @@ def _build(objective: PipelineObjective) -> _Model:
     """The MIP of ``objective`` (see module docstring)."""
     g, devs = objective.graph, objective.devices
     G, D = g.num_groups, devs.num_devices
-    gtime = _group_time(objective) * MODEL_UNIT_PER_S
+    gtime = group_time(objective) * MODEL_UNIT_PER_S
     gmem = g.group_memory_bytes
     cap = np.asarray(objective.capacity_bytes, dtype=np.float64)
     no_comm = devs.is_cpu

@@ -94,9 +94,10 @@ class BoundObjective(ABC):
         src, dst = (g.edges[:, 0], g.edges[:, 1]) if g.num_edges else (np.zeros(0, np.int64),) * 2
         self._src, self._dst = src, dst
         fixed = ~np.isnan(g.edge_cost_s)
-        self._fixed_cost = np.where(fixed, g.edge_cost_s, 0.0)
-        self._has_fixed = fixed
-        self._edge_bytes = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)
+        #: Per edge: its fixed transfer time (s; 0 where none), whether it has one, and its bytes (0 for NaN).
+        self.fixed_cost = np.where(fixed, g.edge_cost_s, 0.0)
+        self.has_fixed = fixed
+        self.edge_bytes = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)
 
     # ---------------------------------------------------------------- helpers
     def check(self, placement: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -111,8 +112,8 @@ class BoundObjective(ABC):
     def edge_time_s(self, placement: NDArray[np.int64]) -> NDArray[np.float64]:
         """Transfer time of every edge under ``placement`` (0 when both ends share a device)."""
         a, b = placement[self._src], placement[self._dst]
-        t = self.devices.transfer_time_s(a, b, self._edge_bytes)
-        t = np.where(self._has_fixed, self._fixed_cost, t)
+        t = self.devices.transfer_time_s(a, b, self.edge_bytes)
+        t = np.where(self.has_fixed, self.fixed_cost, t)
         return np.where(a == b, 0.0, t)
 
     def infeasibility(self, placement: NDArray[np.int64]) -> str:
@@ -150,7 +151,7 @@ class BoundObjective(ABC):
         self.evaluations += 1
         if not self.feasible(p):
             return math.inf
-        return self._value(p)
+        return self.raw_value(p)
 
     def value_groups(self, group_device: NDArray[np.int64]) -> float:
         """:meth:`value` of the placement that puts every node on its group's device."""
@@ -169,7 +170,8 @@ class BoundObjective(ABC):
         return self._evaluate(p, compute)
 
     @abstractmethod
-    def _value(self, placement: NDArray[np.int64]) -> float: ...
+    def raw_value(self, placement: NDArray[np.int64]) -> float:
+        """:meth:`value` of a checked, feasible placement, without counting an evaluation."""
 
     @abstractmethod
     def _evaluate(self, placement: NDArray[np.int64], compute: NDArray[np.float64]) -> Evaluation: ...
@@ -219,8 +221,8 @@ class _ScheduledObjective(BoundObjective):
         f64, i64 = np.float64, np.int64
         return (np.ascontiguousarray(self.time_s, f64), np.ascontiguousarray(self.graph.memory_bytes, f64),
                 np.ascontiguousarray(self.capacity_bytes, f64), np.ascontiguousarray(self._src, i64),
-                np.ascontiguousarray(self._dst, i64), np.ascontiguousarray(self._has_fixed, np.bool_),
-                np.ascontiguousarray(self._fixed_cost, f64), np.ascontiguousarray(self._edge_bytes, f64),
+                np.ascontiguousarray(self._dst, i64), np.ascontiguousarray(self.has_fixed, np.bool_),
+                np.ascontiguousarray(self.fixed_cost, f64), np.ascontiguousarray(self.edge_bytes, f64),
                 np.ascontiguousarray(dev.latency_s, f64), np.ascontiguousarray(dev.bandwidth_Bps, f64),
                 offsets(nodes), cat(nodes, i64), cat(edges, i64), offsets(edges), cat(ptrs, i64), cat(dsts, i64),
                 cat(indegs, i64), offsets(sources), cat(sources, i64))
@@ -254,7 +256,7 @@ class _ScheduledObjective(BoundObjective):
         value, start, finish = self._run_kernel(p)
         return value, Schedule(start, finish, ()), self.edge_time_s(p)
 
-    def _value(self, placement: NDArray[np.int64]) -> float:
+    def raw_value(self, placement: NDArray[np.int64]) -> float:
         return self._run_kernel(np.ascontiguousarray(placement, dtype=np.int64))[0]
 
     def _evaluate(self, placement: NDArray[np.int64], compute: NDArray[np.float64]) -> Evaluation:
@@ -338,7 +340,7 @@ class PipelineObjective(BoundObjective):
         comm[self._no_comm] = 0.0
         return compute, comm
 
-    def _value(self, placement: NDArray[np.int64]) -> float:
+    def raw_value(self, placement: NDArray[np.int64]) -> float:
         compute, comm = self.loads(placement)
         return float((compute + comm).max())
 

@@ -79,13 +79,13 @@ def brute_local_optimum(obj, placement: np.ndarray, targets: list[int]) -> bool:
     """No single group move among ``targets`` lowers the value (memory ignored) by more than the tolerance."""
     g = obj.graph
     gdev = np.array([placement[m[0]] for m in g.group_members])
-    base = obj._value(gdev[g.group])
+    base = obj.raw_value(gdev[g.group])
     for k, b in itertools.product(range(g.num_groups), targets):
         if b == gdev[k] or not np.isfinite(obj.time_s[g.group_members[k], b]).all():
             continue
         trial = gdev.copy()
         trial[k] = b
-        if obj._value(trial[g.group]) < base - IMPROVEMENT_TOLERANCE_S:
+        if obj.raw_value(trial[g.group]) < base - IMPROVEMENT_TOLERANCE_S:
             return False
     return True
 
