@@ -22,7 +22,7 @@ from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
 from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, find_cycle
 from workloads.io import read_text, show
-from workloads.json_format import _Locator, parse_json_document
+from workloads.json_format import Locator, parse_json_document
 
 #: Seconds per unit of the file's times (milliseconds).
 DNN_PARTITIONING_TIME_UNIT_S = 1e-3
@@ -96,7 +96,7 @@ def parse_dnn_partitioning(document: Any, *, path: str | Path = "", name: str | 
     except WorkloadError as exc:
         if text is None or exc.line is not None or exc.field is None:
             raise
-        loc = _Locator(text)
+        loc = Locator(text)
         m = _ELEMENT.fullmatch(exc.field)
         line = loc.element_line(m[1], int(m[2]), m[3]) if m else loc.key_line(exc.field.split("[")[0])
         raise WorkloadError(exc.message, path=exc.path, line=line, field=exc.field) from None

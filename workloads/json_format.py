@@ -55,7 +55,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class _Locator:
+class Locator:
     """Maps keys and list elements of a JSON document back to line numbers (for error messages).
 
     Only used once an error is found, so a valid document is never scanned twice.
@@ -183,7 +183,7 @@ def parse_json_document(text: str, *, path: str | Path = "<string>") -> Any:
     Raises:
         WorkloadError: naming the file and line.
     """
-    loc = _Locator(text)
+    loc = Locator(text)
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
@@ -249,7 +249,7 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
     Raises:
         WorkloadError: naming the file, line, op and field of the first problem found.
     """
-    loc = _Locator(text)
+    loc = Locator(text)
     fail = _failer(path)
     doc = _object_document(text, path, document)
     if json_document_version(doc) == COMPUTE_FORMAT_VERSION:
@@ -431,7 +431,7 @@ def parse_compute_graph(text: str, *, path: str | Path = "<string>", document: A
     Raises:
         WorkloadError: naming the file, line, node or edge index and field of the first problem.
     """
-    loc = _Locator(text)
+    loc = Locator(text)
     path = str(path)
     fail = _failer(path)
     doc = _object_document(text, path, document)
