@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pacml.placer.arrays import bucket
-from simulator.place.heuristics import _Problem  # HEFT's own ranks, not a copy
+from simulator.place.heuristics import HeuristicProblem  # HEFT's own ranks, not a copy
 from simulator.place.objectives import BoundObjective
 
 #: Objectives the policy knows (one-hot in the group features).
@@ -302,7 +302,7 @@ def _step_rank(objective: BoundObjective, group: NDArray[np.int64], n_groups: in
     """HEFT's own order key per group: the upward rank of its nodes over the whole step (forward and
     backward, each phase apart when the graph runs its backward pass after the forward one; an
     earlier phase first), the group's largest (it is placed with its first node, as in HEFT)."""
-    hp = _Problem(objective)
+    hp = HeuristicProblem(objective)
     key = np.zeros(objective.graph.num_nodes)
     # Phases run one after the other: every node of an earlier phase outranks every later one.
     offset = 0.0

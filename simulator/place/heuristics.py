@@ -30,7 +30,7 @@ _TOL = 1 + 1e-12  # the objective's memory tolerance
 
 
 # ---------------------------------------------------------------------- shared problem view
-class _Problem:
+class HeuristicProblem:
     """Placement-independent arrays every heuristic needs (built once per call)."""
 
     def __init__(self, objective: BoundObjective) -> None:
@@ -132,7 +132,7 @@ class _Problem:
         return floor
 
 
-def _finish(problem: _Problem, objective: BoundObjective, group_device: NDArray[np.int64],
+def _finish(problem: HeuristicProblem, objective: BoundObjective, group_device: NDArray[np.int64],
             info: dict[str, Any], own_makespan_s: float | None) -> PlacerResult:
     """Price a per-group assignment with the objective and fill in the shared ``info`` keys."""
     placement = expand_groups(objective, group_device)
@@ -174,7 +174,7 @@ class HeftPlacer:
         return timed(objective, lambda: self._run(objective))
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
-        p = _Problem(objective)
+        p = HeuristicProblem(objective)
         group_device = np.full(p.num_groups, -1, dtype=np.int64)
         placement = np.zeros(p.n, dtype=np.int64)
         finish = np.zeros(p.n)
@@ -229,7 +229,7 @@ class HeftPlacer:
 
 
 # ---------------------------------------------------------------------- Baechi
-def _baechi_devices(p: _Problem, use_cpu: bool) -> NDArray[np.bool_]:
+def _baechi_devices(p: HeuristicProblem, use_cpu: bool) -> NDArray[np.bool_]:
     """Devices Baechi places on: the accelerators (its setting is a set of GPUs) unless
     ``use_cpu`` or there are none; a group only a CPU can run still goes to a CPU."""
     if use_cpu or p.is_cpu.all():
@@ -259,7 +259,7 @@ class MTopoPlacer:
         return timed(objective, lambda: self._run(objective))
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
-        p = _Problem(objective)
+        p = HeuristicProblem(objective)
         allowed = _baechi_devices(p, self.use_cpu)
         order = _group_order(p)
         weight = p.group_memory_bytes.copy()
@@ -303,7 +303,7 @@ class MTopoPlacer:
         return _finish(p, objective, group_device, {"memory_fallback_groups": fallback}, own)
 
 
-def _group_order(p: _Problem) -> list[int]:
+def _group_order(p: HeuristicProblem) -> list[int]:
     """Groups in the order their first node appears in the phases' topological orders."""
     seen: dict[int, None] = {}
     for phase in p.phases:
@@ -318,7 +318,7 @@ class _EtfScheduler:
     first (ties: larger upward rank, then lower node and device index); devices run one node at a
     time, no insertion. ``favourite`` (m-SCT) pins a node to its favourite parent's device."""
 
-    def __init__(self, p: _Problem, allowed: NDArray[np.bool_], favourite_parent: NDArray[np.int64] | None):
+    def __init__(self, p: HeuristicProblem, allowed: NDArray[np.bool_], favourite_parent: NDArray[np.int64] | None):
         self.p, self.allowed, self.fav_parent = p, allowed, favourite_parent
 
     def run(self) -> tuple[NDArray[np.int64], float, int, int]:
@@ -408,13 +408,13 @@ class METFPlacer:
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Schedule by m-ETF; return its placement priced by ``objective``."""
         def run() -> PlacerResult:
-            p = _Problem(objective)
+            p = HeuristicProblem(objective)
             gd, own, fallback, _ = _EtfScheduler(p, _baechi_devices(p, self.use_cpu), None).run()
             return _finish(p, objective, gd, {"memory_fallback_groups": fallback}, own)
         return timed(objective, run)
 
 
-def favourite_parents(p: _Problem) -> NDArray[np.int64]:
+def favourite_parents(p: HeuristicProblem) -> NDArray[np.int64]:
     """SCT's favourite child relation, greedily: edges by decreasing mean transfer time, each node
     keeps at most one favourite child and is the favourite of at most one parent (a maximal
     matching; Hanen and Munier round an LP relaxation of the same matching). Returns each node's
@@ -448,7 +448,7 @@ class MSCTPlacer:
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Schedule by m-SCT; return its placement priced by ``objective``."""
         def run() -> PlacerResult:
-            p = _Problem(objective)
+            p = HeuristicProblem(objective)
             fav = favourite_parents(p)
             gd, own, fallback, kept = _EtfScheduler(p, _baechi_devices(p, self.use_cpu), fav).run()
             info = {"memory_fallback_groups": fallback, "favourite_children": int((fav >= 0).sum()),
@@ -458,7 +458,7 @@ class MSCTPlacer:
 
 
 # ---------------------------------------------------------------------- METIS
-def _device_speed(p: _Problem) -> NDArray[np.float64]:
+def _device_speed(p: HeuristicProblem) -> NDArray[np.float64]:
     """Relative speed of each device: median over nodes it can run of mean time / its time."""
     speed = np.ones(p.d)
     for d in range(p.d):
@@ -510,7 +510,7 @@ class MetisPlacer:
     def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
         import pymetis  # noqa: PLC0415  # lazy: pymetis
 
-        p = _Problem(objective)
+        p = HeuristicProblem(objective)
         k = min(self.parts or p.d, max(p.num_groups, 1))
         speed = _device_speed(p)
         vweight = _scaled_ints(np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups))
@@ -559,7 +559,7 @@ class MetisPlacer:
         return _finish(p, objective, group_device, info, None)
 
 
-def _repair(p: _Problem, group_device: NDArray[np.int64], speed: NDArray[np.float64]) -> tuple[NDArray[np.int64], int, int]:
+def _repair(p: HeuristicProblem, group_device: NDArray[np.int64], speed: NDArray[np.float64]) -> tuple[NDArray[np.int64], int, int]:
     """Move groups a device cannot run or hold to the fastest capable device with room.
 
     Groups are kept in order of decreasing memory on their device, so the big ones stay put."""
@@ -610,7 +610,7 @@ class PipeDreamPlacer:
         return timed(objective, lambda: self._run(objective))
 
     @staticmethod
-    def _chain(p: _Problem, is_backward: NDArray[np.bool_], topo: Sequence[int]) -> list[int]:
+    def _chain(p: HeuristicProblem, is_backward: NDArray[np.bool_], topo: Sequence[int]) -> list[int]:
         """Groups in chain order: first forward node; backward-only groups by reversed backward order."""
         key = np.full(p.num_groups, np.inf)
         fwd_nodes = [v for v in topo if not is_backward[v]]
@@ -626,7 +626,7 @@ class PipeDreamPlacer:
         return sorted(range(p.num_groups), key=lambda q: (key[q], q))
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
-        p = _Problem(objective)
+        p = HeuristicProblem(objective)
         g = objective.graph
         # Two linearisations: nodes as soon as possible (Kahn's order) and as late as possible
         # (the reversed graph's order, reversed), so that a tensor used only late (a tied
@@ -647,7 +647,7 @@ class PipeDreamPlacer:
         assert best is not None
         return best
 
-    def _split(self, objective: BoundObjective, p: _Problem, allowed: NDArray[np.bool_],
+    def _split(self, objective: BoundObjective, p: HeuristicProblem, allowed: NDArray[np.bool_],
                full_chain: list[int]) -> PlacerResult:
         stage_devices = np.flatnonzero(allowed)
         on_acc = p.group_ok[:, stage_devices].any(axis=1)
@@ -712,7 +712,7 @@ class PipeDreamPlacer:
         return _finish(p, objective, group_device, info, None)
 
     @staticmethod
-    def _boundary_cost(p: _Problem, pos: NDArray[np.int64], n: int) -> NDArray[np.float64]:
+    def _boundary_cost(p: HeuristicProblem, pos: NDArray[np.int64], n: int) -> NDArray[np.float64]:
         """Transfer time across each chain boundary ``b`` (between positions ``b-1`` and ``b``)."""
         diff = np.zeros(n + 2)
         for u in range(p.n):

@@ -19,12 +19,12 @@ from simulator.errors import ConfigError
 from simulator.place.devices import Device, DeviceSet, device_set_from_config
 from simulator.place.heuristics import (
     HeftPlacer,
+    HeuristicProblem,
     METFPlacer,
     MetisPlacer,
     MSCTPlacer,
     MTopoPlacer,
     PipeDreamPlacer,
-    _Problem,
     favourite_parents,
 )
 from simulator.place.objectives import bind_objective
@@ -74,7 +74,7 @@ def _textbook():
 def test_heft_textbook_ranks_and_schedule():
     graph, devices = _textbook()
     objective = bind_objective("step", graph, devices)
-    rank = _Problem(objective).upward_rank(list(range(10)))
+    rank = HeuristicProblem(objective).upward_rank(list(range(10)))
     np.testing.assert_allclose(rank, [108.0, 77.0, 80.0, 80.0, 69.0, 63.0 + 1 / 3, 42.0 + 2 / 3,
                                       35.0 + 2 / 3, 44.0 + 1 / 3, 14.0 + 2 / 3])
     result = HeftPlacer().place(objective)
@@ -108,7 +108,7 @@ def test_etf_on_two_independent_chains_uses_both_devices():
         assert result.info["own_makespan_s"] == pytest.approx(2.0), placer.name
         assert result.placement[0] == result.placement[1] != result.placement[2] == result.placement[3]
         assert result.info["objective_s"] == pytest.approx(2.0)
-    assert favourite_parents(_Problem(objective)).tolist() == [-1, 0, -1, 2]
+    assert favourite_parents(HeuristicProblem(objective)).tolist() == [-1, 0, -1, 2]
 
 
 # ------------------------------------------------------------------ every method, every preset
