@@ -103,8 +103,6 @@ def build_feasibility(topology: RampTopology, knobs: SimKnobs | Mapping[str, Any
 
 def _pipeline_feasibility(topology: RampTopology, knobs: SimKnobs, partitioner: Partitioner) -> Feasibility:
     """:func:`build_feasibility` for ``sim.pipeline`` (pipeline jobs; the step model is the pipeline's)."""
-    if not isinstance(knobs.pipeline, Mapping):
-        raise ConfigError(f"must be a mapping of pipeline settings or null, got {knobs.pipeline!r}", field="sim.pipeline")
     for key, value, want in (("placement", knobs.placement, "block"), ("split_ops", knobs.split_ops, False),
                              ("op_placer", knobs.op_placer, "first_fit")):
         if value != want:

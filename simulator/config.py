@@ -159,17 +159,18 @@ SIM_KEYS: dict[str, Rule] = {
     "sim.op_placer": Rule(str, non_empty=True),
     "sim.split_ops": Rule(bool),
     "sim.hetero_block_search": Rule(int, low=0),
-    "sim.pipeline": Rule(dict | None),  # scenario=pipeline; its keys: simulator.allocation.pipeline
-    "sim.pipeline.schedule": Rule(typing.Literal["1f1b", "gpipe"]),
-    "sim.pipeline.micro_batches": Rule(int, low=1),
-    "sim.pipeline.stage_placer": Rule(str, non_empty=True),
-    "sim.pipeline.state_factor": Rule(float, low=0.0),
+    "sim.pipeline": Rule(dict | None),  # scenario=pipeline; its keys: OWNED_SECTIONS
     "workload.graphs": Rule(str | list[str], non_empty=True, required=True),
     "workload.profile_time_unit_s": _pos(),
     "workload.num_training_steps": Rule(int, low=1),
     "workload.weights": Rule(list[float] | None, low=0.0, non_empty=True),
     "workload.time_scales": Rule(list[float] | None, low=0.0, low_open=True, high=MAX_TIME_SCALE, non_empty=True),
 }
+
+#: Sections whose keys, defaults and checks live in their owner's settings dataclass, section ->
+#: the dotted path of a function that checks the section's value (raising ``ConfigError`` naming
+#: the key at fault); imported by name, so that this module stays a leaf.
+OWNED_SECTIONS: dict[str, str] = {"sim.pipeline": "simulator.allocation.pipeline.pipeline_config"}
 
 #: Sections that are plug-ins (instantiated from ``_target_``), per command.
 SIM_PLUGINS = ("cluster", "arrivals", "beta", "policy")
@@ -502,6 +503,8 @@ def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
         top = key.split(".")[0]
         if key == "hydra" or top == "hydra" or top in free or key in keys:
             continue
+        if any(key.startswith(f"{section}.") for section in OWNED_SECTIONS):
+            continue
         if top in plugins:
             continue
         if key in sections:
@@ -535,6 +538,9 @@ def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
         if "_target_" not in node:
             raise ConfigError("has no _target_ (the class to build)", field=section)
         check_plugin(cfg, section, given)
+    for section, checker in OWNED_SECTIONS.items():
+        if section in keys and section in present and _plain(cfg, section) is not None:
+            import_target(checker, section)(_plain(cfg, section))
     check_episode_size(cfg)
     return cfg
 

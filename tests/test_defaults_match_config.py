@@ -1,6 +1,7 @@
 """Every code default equals the shipped config's value, so a class's signature (or a settings
 dataclass) describes what ships: ``PacMLPolicy`` against ``conf/policy/pacml_adaptive.yaml``
-(``policy=pacml``), and each trainer's settings dataclass against its ``conf/*.yaml`` section."""
+(``policy=pacml``), each trainer's settings dataclass against its ``conf/*.yaml`` section, and ``sim.pipeline``'s
+dataclass against ``conf/scenario/pipeline.yaml``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pacml.adaptive.train import AdaptiveTrainConfig
 from pacml.agent.ppo_config import PPOConfig
 from pacml.critic.distill import DistillConfig
 from pacml.placer.settings import NetConfig, PPOSettings
+from simulator.allocation.pipeline import PipelineJobSettings
 
 #: Keys whose YAML value is an interpolation on the run's scenario and beta: the checkpoint of the
 #: run's family (``${oc.select:scenario_family,paper}_...``), which no code default can follow.
@@ -26,7 +28,7 @@ INTERPOLATED = {"checkpoint"}
 def _section(config: str, section: str, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     with initialize_config_module(config_module="conf", version_base=None):
         cfg = compose(config_name=config, overrides=list(overrides))
-    data = OmegaConf.to_container(cfg[section], resolve=True)
+    data = OmegaConf.to_container(OmegaConf.select(cfg, section), resolve=True)
     assert isinstance(data, dict)
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
@@ -57,6 +59,7 @@ PAIRS = [
     (PPOConfig, "train", "ppo", (), set()),
     (NetConfig, "train_placer", "net", (), set()),
     (PPOSettings, "train_placer", "ppo", (), set()),
+    (PipelineJobSettings, "sim", "sim.pipeline", ("scenario=pipeline",), set()),
 ]
 
 

@@ -23,7 +23,7 @@ from simulator.build import (
     build_topology,
     build_workload,
 )
-from simulator.config import instantiate_checked
+from simulator.config import instantiate_checked, validate_config
 from simulator.errors import ConfigError
 from simulator.feasibility import Feasibility
 from simulator.place.devices import ramp_block_devices
@@ -340,3 +340,19 @@ def test_the_placer_sees_the_pipelines_memory(schedule: str) -> None:
                     assert not cut.feasible and "needs" in cut.reason, (factor, graph.name, k, cut.reason)
                 outcomes.add(placer_fits)
     assert outcomes == {True, False}  # not vacuous
+
+
+@pytest.mark.parametrize(("override", "field", "message"), [
+    ("sim.pipeline.stage_placer=heft", "sim.pipeline.stage_placer", "must be one of pipedream, dp, single"),
+    ("sim.pipeline.micro_batches=0", "sim.pipeline.micro_batches", "integer >= 1"),
+    ("+sim.pipeline.stages=3", "sim.pipeline.stages", "unknown key"),
+    ("sim.pipeline.schedule=x", "sim.pipeline.schedule", "unknown schedule"),
+    ("sim.pipeline.state_factor=-1", "sim.pipeline.state_factor", ">= 0"),
+])
+def test_the_config_check_uses_the_settings_dataclass(override: str, field: str, message: str) -> None:
+    # sim.pipeline's keys, defaults and checks live in PipelineJobSettings only; the config check
+    # (before any work) asks it, so a bad stage placer is refused before the run starts.
+    cfg = compose_sim("scenario=pipeline", override)
+    with pytest.raises(ConfigError, match=rf"field '{field}': .*{message}"):
+        validate_config(cfg)
+    validate_config(compose_sim("scenario=pipeline"))
