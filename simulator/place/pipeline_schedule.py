@@ -8,8 +8,8 @@ and their outputs' transfers) and the backward pass ``b_i``; ``f_i + b_i`` is th
 One iteration runs ``M`` micro-batches and flushes (GPipe; 1F1B = PipeDream-Flush):
 
 * GPipe: ``T = sum_i f_i + (M-1) max_i f_i + sum_i b_i + (M-1) max_i b_i`` (a flow shop of ``M``
-  identical jobs, forward then backward; the form of ``pipeline_anchors.md`` section 5 with
-  links folded into the stages). Balanced stages give ``(M+k-1)(f+b)`` (Huang et al., GPipe,
+  identical jobs, forward then backward: Alpa's form, Zheng et al., OSDI'22, Eq. 2, applied to
+  each pass, with links folded into the stages). Balanced stages give ``(M+k-1)(f+b)`` (Huang et al., GPipe,
   NeurIPS 2019, section 2.3; Narayanan et al., SC'21, section 2.2.1 and Eq. 1).
 * 1F1B: stage ``i`` runs ``min(k-i-1, M)`` warm-up forwards, then alternates one forward and one
   backward, then the remaining backwards (Megatron-LM ``schedules.py``). ``T`` is the longest path
@@ -22,9 +22,10 @@ the sending and the receiving stage (folded into their loads, as in Tarnawski et
 model), so no separate link delay; stages form one chain (parallel branches on different
 devices are serialised); one replica per stage, so no all-reduce, and the optimiser step is not
 priced. One device gives ``M (f + b)``, the sequential time. The objective's value ``max_i L_i``
-is 1F1B's steady-state time per micro-batch. Memory per stage: ``state_factor x`` its parameter
-bytes plus its stashed activations times the micro-batches in flight (GPipe ``M``; 1F1B
-``min(k-i, M)``, 0-based ``i``). Formulas and sources: docs/pipeline.md.
+is 1F1B's steady-state time per micro-batch (Tarnawski et al., NeurIPS 2020: time per sample).
+Memory per stage: ``state_factor x`` its parameter bytes plus its stashed activations times the
+micro-batches in flight (GPipe ``M``; 1F1B ``min(k-i, M)``, 0-based ``i``: Megatron-LM's
+``num_warmup + 1``; Narayanan et al., ICML 2021, section 3.1). Formulas and sources: docs/pipeline.md.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def event_simulation(f, b, schedule: str, micro_batches: int, link_fwd=None, lin
 
 
 def gpipe_flow_shop(f, b, cf, cb, m: int) -> float:
-    """GPipe with links as machines of their own (pipeline_anchors.md section 5's formula):
+    """GPipe with links as machines of their own (the flow shop with each boundary's link a machine):
     forward = sum f + sum c + (M-1) max(f, c), the same backward."""
     fw, bw = np.concatenate([f, cf]), np.concatenate([b, cb])
     return float(fw.sum() + (m - 1) * fw.max() + bw.sum() + (m - 1) * bw.max())
@@ -271,7 +271,7 @@ def test_unbalanced_1f1b_has_no_closed_form_in_load_alone() -> None:
 # ---------------------------------------------------------------------- where a finer model differs
 def test_links_as_machines_differ_from_the_folded_model() -> None:
     # Folded (the model): a 1.5 s transfer is part of both stages' loads; links as machines of their
-    # own (overlapping compute): anchors section 5's GPipe flow shop, which the event simulation
+    # own (overlapping compute): the GPipe flow shop with links as machines, which the event simulation
     # reproduces exactly. Compute f = (3, 4), b = (6, 8), one boundary c = 1.5 each way, M = 4:
     # folded: f = (4.5, 5.5), b = (7.5, 9.5) -> 72 (test_two_stages_by_hand);
     # links: fwd (3 + 1.5 + 4) + 3 x 4 = 20.5, bwd (6 + 1.5 + 8) + 3 x 8 = 39.5 -> 60.
