@@ -2,13 +2,13 @@
 block of ``k`` servers and runs as a pipeline of at most ``k`` stages on them.
 
 The cut comes from a stage placer (``sim.pipeline.stage_placer``: a ``conf/method/`` placer whose
-cuts are always contiguous, :data:`STAGE_PLACERS`) run with the ``pipeline`` objective on the block's servers (:func:`ramp_block_devices`, in the
-block's server order) and the job's graph cut into ``M`` micro-batches
-(:func:`job_compute_graph`, with the pipeline's memory per op); the iteration time and memory per stage are those of
-:mod:`simulator.place.pipeline_schedule` (one cost model). A step of the simulator is one
-iteration, so ``JCT = steps x iteration time`` (converted from seconds to the simulator's clock).
-A stage over its server's memory, or a placement that is not a pipeline, makes the block
-unplaceable (``no_placement``). The cut depends on the graph, the degree and the kinds of the
+cuts are always contiguous, :data:`STAGE_PLACERS`) run with the ``pipeline`` objective on the
+block's servers (:func:`ramp_block_devices`, in the block's server order) and the job's graph cut
+into ``M`` micro-batches (:func:`job_compute_graph`, with the pipeline's memory per op); the
+iteration time and memory per stage are those of :mod:`simulator.place.pipeline_schedule` (one
+cost model). A step of the simulator is one iteration, so ``JCT = steps x iteration time``
+(converted from seconds to the simulator's clock). A stage over its server's memory, or a
+placement that is not a pipeline, makes the block unplaceable (``no_placement``). The cut depends on the graph, the degree and the kinds of the
 block's servers in order (every link of a block is alike), so it is computed once per such key.
 Formulas and keys: docs/pipeline.md ("scenario=pipeline").
 """
@@ -142,7 +142,7 @@ class PipelineJobs:
         settings: Schedule, micro-batches, state factor.
         stage_placer: The ``sim.pipeline.stage_placer`` name (for logs and the summary).
         placer: Any object with ``place(objective, *, seed) -> PlacerResult``.
-        seed: Seed passed to the placer.
+        seed: Seed passed to the placer (the allowed stage placers are deterministic: it changes nothing).
     """
 
     def __init__(self, topology: RampTopology, settings: PipelineSettings, stage_placer: str, placer: Any,
