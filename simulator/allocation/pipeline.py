@@ -8,8 +8,9 @@ into ``M`` micro-batches (:func:`job_compute_graph`, with the pipeline's memory 
 iteration time and memory per stage are those of :mod:`simulator.place.pipeline_schedule` (one
 cost model). A step of the simulator is one iteration, so ``JCT = steps x iteration time``
 (converted from seconds to the simulator's clock). A stage over its server's memory, or a
-placement that is not a pipeline, makes the block unplaceable (``no_placement``). The cut depends on the graph, the degree and the kinds of the
-block's servers in order (every link of a block is alike), so it is computed once per such key.
+placement that is not a pipeline, makes the block unplaceable (``no_placement``). The cut
+depends on the graph, the degree and the kinds of the block's servers in order (every link of a
+block is alike), so it is computed once per such key.
 Formulas and keys: docs/pipeline.md ("scenario=pipeline").
 """
 
