@@ -270,7 +270,7 @@ class NeighbourTable:
         cache = self.__dict__.setdefault("_trees", {})
         key = rules.astype(np.float32).tobytes()
         if key not in cache:
-            from scipy.spatial import cKDTree
+            from scipy.spatial import cKDTree  # lazy: scipy.spatial (0.2 s)
 
             if "_scale" not in self.__dict__:  # one scaling for every rule set
                 spread = self.rows.astype(np.float64).std(axis=0)

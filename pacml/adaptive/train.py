@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import multiprocessing as mp
+import sys
 import time
 import zlib
 from collections.abc import Sequence
@@ -28,8 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import hydra
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
 from numpy.typing import NDArray
+from omegaconf import OmegaConf
 
 import pacml.runfiles  # noqa: F401  (registers pacml_resume_output_subdir)
 from pacml.adaptive.conditions import sample_condition
@@ -184,7 +188,7 @@ def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: b
 def _dataset(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> tuple[Any, Any, Any]:
     """Padded tensors: condition samples ``(N, C)``, their rules ``(N, R, F)``, regrets ``(N, R)``
     (``inf`` pads missing rules)."""
-    import torch
+    import torch  # lazy: torch
 
     width = max(len(r["rules"]) for r in results)
     conds, rules, regrets = [], [], []
@@ -209,8 +213,8 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
     ``drop``: condition-feature columns zeroed everywhere (ablations: what the selector does
     without, e.g., the load or target features).
     """
-    import torch
-    from torch import nn
+    import torch  # lazy: torch
+    from torch import nn  # lazy: torch
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.torch_threads)
@@ -504,8 +508,6 @@ def adaptive_run_dir(resume: str | None, default: str) -> str:
 
 
 def _register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
     OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
 
 
@@ -551,8 +553,6 @@ def command() -> Any:
 
 def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """Train (or resume) from a composed ``conf/train_adaptive.yaml``."""
-    from omegaconf import OmegaConf
-
     resumed = bool(cfg.get("resume"))
     if resumed:
         out_dir = Path(str(cfg.resume))
@@ -593,11 +593,6 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
 
 def main() -> None:
     """Console entry point (``pacml train-adaptive``)."""
-    import sys
-
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-
     cmd = command()
 
     @hydra.main(version_base=None, config_path="pkg://conf", config_name="train_adaptive")

@@ -30,6 +30,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pacml.agent.features import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Encoder
@@ -49,13 +55,7 @@ def compose_sim_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The simulator config (``conf/sim.yaml`` of this package, never a user's ``--config-dir``)
     with Hydra overrides, inside or outside a Hydra app (``pacml train`` draws random conditions
     inside one: there a private config loader leaves the app's global Hydra state alone)."""
-    from hydra.core.global_hydra import GlobalHydra
-
     if GlobalHydra.instance().is_initialized():
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-        from hydra._internal.utils import create_config_search_path
-        from hydra.types import RunMode
-
         loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
         cfg = loader.load_configuration("sim", list(overrides), run_mode=RunMode.RUN)
         with open_dict(cfg):
@@ -77,9 +77,6 @@ def compose_condition(overrides: Sequence[str]) -> DictConfig:
     ``workload.graphs=[...]``) are set on a copy, as Hydra parses and applies them. A Hydra composition
     per episode would cost a training run far more than the episode's decisions. Anything but plain ``key=value`` overrides is composed by Hydra as is.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import OverrideType
-
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     if any(o.type != OverrideType.CHANGE or o.package is not None for o in parsed):
         return compose_sim_config([*overrides, "progress=false"])

@@ -38,7 +38,7 @@ POLICY_VERSION = 1
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
     """Write a self-contained policy checkpoint atomically."""
-    import torch
+    import torch  # lazy: torch
 
     payload = {"format": POLICY_FORMAT, "version": POLICY_VERSION, "model_config": model.config,
                "model": model.state_dict(),
@@ -69,7 +69,7 @@ def load_policy(path: str | Path, field: str = "policy.checkpoint") -> tuple[Act
 @contextmanager
 def _intra_op_threads(num_threads: int | None) -> Iterator[None]:
     """Run torch with ``num_threads`` intra-op threads inside the block, then restore the count."""
-    import torch
+    import torch  # lazy: torch
 
     before = torch.get_num_threads()
     if num_threads is None or num_threads == before:
@@ -124,7 +124,7 @@ class PacMLBetaPolicy:
         #: a lookahead planner wrapping the agent uses it as its fast rollout rule.
         teacher = self.meta.get("teacher_min_degree")
         self.teacher_min_degree: int | None = None if teacher is None else int(teacher)
-        import torch
+        import torch  # lazy: torch
 
         self._embeddings: dict[str, torch.Tensor] = {}
         self._generator = torch.Generator().manual_seed(0)
@@ -144,7 +144,7 @@ class PacMLBetaPolicy:
         key = job.graph.fingerprint
         emb = self._embeddings.get(key)
         if emb is None:
-            import torch
+            import torch  # lazy: torch
 
             from pacml.agent.model import graph_data  # lazy: torch
 
@@ -155,7 +155,7 @@ class PacMLBetaPolicy:
 
     def probabilities(self, job: JobSpec, obs: dict) -> torch.Tensor:
         """Probability of every action of the encoded observation ``obs`` (0 where masked)."""
-        import torch
+        import torch  # lazy: torch
 
         with torch.no_grad():
             logits, _ = self.model(self._embedding(job), torch.from_numpy(obs["globals"]).unsqueeze(0),
@@ -165,7 +165,7 @@ class PacMLBetaPolicy:
 
     def decide(self, job: JobSpec, state: ClusterState) -> Decision:
         """The agent's degree (0 rejects) and, with learned placement, its block."""
-        import torch
+        import torch  # lazy: torch
 
         with _intra_op_threads(self.num_threads):
             obs = self.encoder.encode(job, state)

@@ -26,12 +26,15 @@ import json
 import logging
 import math
 import multiprocessing as mp
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hydra
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -311,11 +314,6 @@ def command() -> Any:
 
 def main() -> None:
     """Console entry point (``pacml distill``)."""
-    import sys
-
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-
     cmd = command()
 
     @hydra.main(version_base=None, config_path="pkg://conf", config_name="distill")

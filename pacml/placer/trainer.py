@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from pacml.placer.checkpoint import PLACER_FORMAT, save_placer
 from pacml.placer.decode import decode
@@ -130,7 +131,7 @@ class PlacerTrainer:
     def writer(self):
         """TensorBoard writer (created on first use)."""
         if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # lazy: tensorboard
             self._writer = SummaryWriter(str(self.out / "tb"))
         return self._writer
 
@@ -173,8 +174,6 @@ class PlacerTrainer:
 
     def train(self, progress: bool = True) -> dict[str, Any]:
         """Train until the update cap or the time budget; checkpoint, validate and log on the way."""
-        from tqdm import tqdm
-
         bar = tqdm(total=self.max_updates, initial=self.update, disable=not progress, unit="update",
                    desc="pacml-train-placer", dynamic_ncols=True)
         recent: list[float] = []
@@ -248,9 +247,9 @@ class PlacerTrainer:
 
     def _plot_curve(self) -> None:
         """``curve.png``: sampled and validation (greedy) value relative to the reference, per update."""
-        import matplotlib
+        import matplotlib  # lazy: matplotlib
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: matplotlib (after use("Agg"))
 
         fig, ax = plt.subplots(figsize=(6, 3.5))
         upd = [r["update"] for r in self.history if "sample_ratio" in r]
