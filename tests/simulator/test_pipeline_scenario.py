@@ -156,7 +156,7 @@ class _Recorder:
         return self.rule.decide(job, state)
 
 
-@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero"])
+@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero", "ramp32_3gen"])
 def test_the_feasibility_table_agrees_with_the_simulation(cluster) -> None:
     cfg = compose_sim("scenario=pipeline", f"cluster={cluster}", "beta=C", "horizon_s=300")
     policy = _Recorder()
@@ -298,7 +298,7 @@ def test_the_allowed_stage_placers_always_cut_a_pipeline(placer: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero"])
+@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero", "ramp32_3gen"])
 def test_the_allowed_stage_placers_cut_a_pipeline_on_every_cluster(cluster: str) -> None:
     cfg = compose_sim("scenario=pipeline", "workload=all", f"cluster={cluster}")
     topo, graphs = build_topology(cfg), build_workload(cfg).training_graphs
