@@ -384,7 +384,7 @@ def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_e
     depend on decisions), as the shadow clusters do. The first rule's copy must block exactly
     what its simulation blocked, counted with the simulation's end-of-horizon accounting; if it
     ever does not, the condition is simulated rule by rule instead (:func:`teacher_search_full`).
-    Both give the same numbers (``tests/pacml/adaptive/test_adaptive.py``); this one costs about a quarter.
+    Both give the same numbers (``tests/pacml/adaptive/test_train.py``); this one costs about a quarter.
     ``block_search`` > 0: every rule places its degree as the agent with that setting does
     (:func:`start_rule`).
 

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pacml.adaptive.conditions import (
@@ -19,6 +20,7 @@ from pacml.adaptive.conditions import (
     get_condition,
     paired_difference,
     rule_candidates,
+    sample_condition,
     summarise_condition,
     validation_seeds,
 )
@@ -195,3 +197,31 @@ def test_validation_seeds_are_a_range_below_the_grids() -> None:
     for bad in ("x", "500100", "500105-500100", "800000-800009", "1-5", "500100-500101-500102"):
         with pytest.raises(ValueError):
             validation_seeds(bad)
+
+
+def test_sampled_conditions_build_and_are_reproducible() -> None:
+    draws = [sample_condition(np.random.default_rng([0, i])) for i in range(12)]
+    assert draws == [sample_condition(np.random.default_rng([0, i])) for i in range(12)]
+    for over in draws:
+        topo = build_topology(compose_sim_config(over))
+        assert 32 <= topo.num_servers <= 512
+        assert not any(g in o for o in over for g in ("densenet121", "inception_v3", "resnet50", "resnext50"))
+
+
+def test_core_conditions_are_dense_on_the_paper_ramp_and_core_frac_zero_keeps_old_draws() -> None:
+    # Runs trained before core_frac existed (the first paper_adaptive) drew their conditions so: they must still
+    # be drawn exactly (this one was printed by that version of sample_condition).
+    assert sample_condition(np.random.default_rng([0, 3])) == [
+        "scenario=paper", "beta=B", "cluster.num_comm_groups=8", "cluster.num_racks_per_group=8",
+        "cluster.num_servers_per_rack=8", "cluster.max_degree=64", "arrivals=poisson",
+        "mean_interarrival_s=169.771", "horizon_s=84885.3",
+        "workload.graphs=[alexnet,gnmt,resnet18,squeezenet1_0,vgg16]"]
+    core = [sample_condition(np.random.default_rng([1, i]), 500, core_frac=1.0) for i in range(400)]
+    for over in core:
+        assert "cluster.num_servers_per_rack=2" in over and "cluster.num_comm_groups=4" in over
+        gap = float(next(o for o in over if o.startswith("mean_interarrival_s=")).split("=")[1])
+        assert 400 * 0.999 <= gap <= 2500 * 1.001
+    assert 0.5 * 400 < sum("arrivals=fixed" in o for o in core) < 0.7 * 400  # 60 % fixed
+    mixed = [sample_condition(np.random.default_rng([1, i]), 500, core_frac=0.5) for i in range(200)]
+    on_paper = sum("cluster.num_servers_per_rack=2" in o and "cluster.num_comm_groups=4" in o for o in mixed)
+    assert 0.55 * 200 < on_paper < 0.80 * 200  # half core, plus the broad draw's 35 % of the rest

@@ -414,7 +414,7 @@ def test_every_shipped_checkpoint_is_tested() -> None:
     # placers/: the learned op placers, tested in tests/pacml/placer/test_learned_placer.py.
     assert sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and p.name != "placers") == sorted(
         [n for n, _, _ in SHIPPED] + SHIPPED_CRITICS + ["paper_conditions_scratch"]
-        + ["paper_adaptive", "paper_adaptive_knn", "physical_adaptive_knn"])  # tests/pacml/adaptive/test_adaptive.py
+        + ["paper_adaptive", "paper_adaptive_knn", "physical_adaptive_knn"])  # tests/pacml/adaptive/test_policy.py
 
 
 def test_shipped_ppo_from_scratch_over_conditions_loads_and_acts() -> None:
