@@ -142,28 +142,22 @@ def simulate_step(pg: PartitionedGraph, sub_server: np.ndarray, dep_time_s: np.n
     return step
 
 
-class StepModel:
-    """Prices a partitioned job on its servers, with a lookahead cache.
+class CachedStepModel:
+    """The lookahead cache every step model shares: :meth:`step` answers a (graph, degree,
+    placement signature) from the cache or prices it once with :meth:`price`."""
 
-    Args:
-        partitioner: Builds partitioned graphs.
-        comm: Communication-time model.
-    """
-
-    def __init__(self, partitioner: Partitioner, comm: RampCommModel) -> None:
-        self.partitioner = partitioner
-        self.comm = comm
+    def __init__(self) -> None:
         self._cache: dict[tuple, StepResult] = {}
-        self._price_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        topology = comm.topology
-        # Per-server speeds only when servers differ: a homogeneous cluster keeps its exact arithmetic.
-        self._speed = np.asarray(topology.server_speed, dtype=np.float64) if topology.heterogeneous else None
         self.num_lookaheads = 0
         """Lookaheads actually simulated (cache misses)."""
         self.num_cache_hits = 0
         """Lookahead requests answered from the cache."""
         self.lookahead_wall_s = 0.0
         """Wall time spent simulating lookaheads."""
+
+    def price(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
+        """One step of ``graph`` at ``degree`` on ``placement``, uncached."""
+        raise NotImplementedError
 
     def step(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
         """Time one training step of ``graph`` at ``degree`` on ``placement`` (cached)."""
@@ -173,11 +167,38 @@ class StepModel:
             self.num_cache_hits += 1
             return hit
         t0 = time.perf_counter()
-        result = self.simulate(self.partitioner.aggregate(graph, degree), placement)
+        result = self.price(graph, degree, placement)
         self.lookahead_wall_s += time.perf_counter() - t0
         self.num_lookaheads += 1
         self._cache[key] = result
         return result
+
+    def cache_info(self) -> dict[str, float]:
+        """Cache statistics: lookaheads simulated, hits, and wall time spent simulating."""
+        return {"lookaheads": self.num_lookaheads, "lookahead_cache_hits": self.num_cache_hits,
+                "lookahead_wall_s": self.lookahead_wall_s}
+
+
+class StepModel(CachedStepModel):
+    """Prices a partitioned job on its servers, with a lookahead cache.
+
+    Args:
+        partitioner: Builds partitioned graphs.
+        comm: Communication-time model.
+    """
+
+    def __init__(self, partitioner: Partitioner, comm: RampCommModel) -> None:
+        super().__init__()
+        self.partitioner = partitioner
+        self.comm = comm
+        self._price_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        topology = comm.topology
+        # Per-server speeds only when servers differ: a homogeneous cluster keeps its exact arithmetic.
+        self._speed = np.asarray(topology.server_speed, dtype=np.float64) if topology.heterogeneous else None
+
+    def price(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
+        """One step of ``graph`` at ``degree`` on ``placement``: :meth:`simulate` of its aggregate."""
+        return self.simulate(self.partitioner.aggregate(graph, degree), placement)
 
     def reference_step(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
         """:meth:`step` on the dependency-level graph (uncached): the readable reference.
@@ -260,7 +281,3 @@ class StepModel:
         return StepResult(step_time_s=step, compute_s=float((pg.sub_time_s if dur is None else dur).sum()),
                           comm_s=float(dep_time.sum()), num_sub_ops=pg.num_sub_ops, num_deps=pg.num_deps)
 
-    def cache_info(self) -> dict[str, float]:
-        """Cache statistics: lookaheads simulated, hits, and wall time spent simulating."""
-        return {"lookaheads": self.num_lookaheads, "lookahead_cache_hits": self.num_cache_hits,
-                "lookahead_wall_s": self.lookahead_wall_s}

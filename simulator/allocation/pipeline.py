@@ -42,7 +42,7 @@ from simulator.place.pipeline_schedule import (
     pipeline_estimate,
     training_graph_bytes,
 )
-from simulator.step_model import StepResult
+from simulator.step_model import CachedStepModel, StepResult
 from simulator.topology import Block, RampTopology, Shape
 from workloads.compute_graph import ComputeGraph
 from workloads.graph import TrainingGraph
@@ -224,7 +224,7 @@ class PipelineAllocator(FirstFitAllocator):
                          ("pipeline", self.jobs.kinds(servers)))
 
 
-class PipelineStepModel:
+class PipelineStepModel(CachedStepModel):
     """One training step of a pipeline job = one iteration of its pipeline (the lookahead of
     :class:`~simulator.feasibility.Feasibility` in ``scenario=pipeline``).
 
@@ -234,21 +234,12 @@ class PipelineStepModel:
     """
 
     def __init__(self, partitioner: Partitioner, jobs: PipelineJobs) -> None:
+        super().__init__()
         self.partitioner = partitioner
         self.jobs = jobs
-        self._cache: dict[tuple, StepResult] = {}
-        self.num_lookaheads = 0
-        self.num_cache_hits = 0
-        self.lookahead_wall_s = 0.0
 
-    def step(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
+    def price(self, graph: TrainingGraph, degree: int, placement: Placement) -> StepResult:
         """The iteration of ``graph`` at ``degree`` on ``placement`` (a :class:`PipelineAllocator` one)."""
-        key = (graph.fingerprint, degree, placement.signature)
-        hit = self._cache.get(key)
-        if hit is not None:
-            self.num_cache_hits += 1
-            return hit
-        t0 = time.perf_counter()
         tag, kinds = placement.signature
         if tag != "pipeline":
             raise ValueError("not a pipeline placement")
@@ -257,18 +248,13 @@ class PipelineStepModel:
         assert est is not None
         m, unit = est.settings.micro_batches, graph.forward.time_unit_s
         st = est.stages
-        result = StepResult(step_time_s=cut.iteration_s, compute_s=float(m * st.compute_s.sum()) / unit,
-                            comm_s=float(m * st.comm_s.sum()) / unit, num_sub_ops=len(cut.node_device),
-                            num_deps=int(graph.num_edges))
-        self._cache[key] = result
-        self.num_lookaheads += 1
-        self.lookahead_wall_s += time.perf_counter() - t0
-        return result
+        return StepResult(step_time_s=cut.iteration_s, compute_s=float(m * st.compute_s.sum()) / unit,
+                          comm_s=float(m * st.comm_s.sum()) / unit, num_sub_ops=len(cut.node_device),
+                          num_deps=int(graph.num_edges))
 
     def cache_info(self) -> dict[str, Any]:
         """Lookahead counters and the pipeline's (for ``summary.json``)."""
-        return {"lookaheads": self.num_lookaheads, "lookahead_cache_hits": self.num_cache_hits,
-                "lookahead_wall_s": self.lookahead_wall_s, **self.jobs.info()}
+        return {**super().cache_info(), **self.jobs.info()}
 
 
 def _message(exc: ConfigError) -> str:
