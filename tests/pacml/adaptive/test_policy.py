@@ -391,45 +391,6 @@ def test_shipped_adaptive_agent_loads_and_acts(name: str, cluster: str) -> None:
     assert all(s.block_search == policy.decision.block_search for s in policy.shadows)  # placed as the agent places
 
 
-def _load_switch_bench():
-    """Import benchmarks/adaptive/bench_rule_switch.py by path (benchmarks/ is not a package)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "adaptive" / "bench_rule_switch.py"
-    spec = importlib.util.spec_from_file_location("_bench_rule_switch", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_switched_episode_follows_one_rule_then_the_other() -> None:
-    bench = _load_switch_bench()
-    cfg = compose_sim_config(["scenario=paper", "beta=D", "horizon_s=60000", "progress=false"])
-    rules = {r.label: r for r in rule_candidates(build_topology(cfg))}
-    a, b = rules["min_feasible(4)"], rules["min_feasible(6)"]
-    alone = {}
-    for label, heuristic in (("a", MinFeasible(min_degree=4)), ("b", MinFeasible(min_degree=6))):
-        alone[label] = build_simulation(cfg, seed=3).run(heuristic).summary["blocking_rate"]
-    assert _run(bench.Switched(a, b, bench.NEVER), cfg, seed=3)[0] == alone["a"]
-    assert _run(bench.Switched(a, b, 0), cfg, seed=3)[0] == alone["b"]
-    # Switched after 20 jobs: the first 20 decisions are rule a's on the shared prefix, then b's.
-    policy = bench.Switched(a, b, 20)
-    sim = build_simulation(cfg, seed=3)
-    policy.reset(3)
-    n = differ = 0
-    while (job := sim.next_job()) is not None:
-        state = sim.state()
-        decision = policy.decide(job, state)
-        n += 1
-        assert decision.degree == (a if n <= 20 else b).degree(state)
-        differ += a.degree(state) != b.degree(state)
-        sim.apply(decision)
-    assert n > 40 and differ > 10  # the two rules do decide differently here
-
-
 def test_block_search_places_the_rules_degree_in_the_first_feasible_block() -> None:
     from simulator.policies.heuristics import first_feasible_block
 
