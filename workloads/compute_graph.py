@@ -23,21 +23,16 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from workloads.errors import WorkloadError
-from workloads.graph import TrainingGraph, topological_order
+from workloads.graph import TrainingGraph, frozen_array, topological_order
 
 #: The kind whose times every PipeDream / pacml JSON graph carries (profiled on a GPU).
 GPU_KIND = "gpu"
-
-
-def _frozen(values, dtype) -> NDArray:
-    out = np.array(values, dtype=dtype, copy=True)
-    out.setflags(write=False)
-    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,7 +74,7 @@ class ComputeGraph:
             raise WorkloadError(f"reference kind {self.reference_kind!r} has no times", path=self.source)
         times = {}
         for kind, arr in self.kind_time_s.items():
-            a = _frozen(arr, np.float64)
+            a = frozen_array(arr, np.float64)
             if a.shape != (n,):
                 raise WorkloadError(f"kind {kind!r}: expected {n} times, got shape {a.shape}", path=self.source)
             if np.isnan(a).any() or (a < 0).any():
@@ -88,14 +83,14 @@ class ComputeGraph:
         if np.isinf(times[self.reference_kind]).all() and n:
             raise WorkloadError(f"no node runs on the reference kind {self.reference_kind!r}", path=self.source)
         object.__setattr__(self, "kind_time_s", times)
-        object.__setattr__(self, "memory_bytes", _frozen(self.memory_bytes, np.float64))
-        object.__setattr__(self, "is_backward", _frozen(self.is_backward, bool))
-        group = _frozen(self.group, np.int64)
+        object.__setattr__(self, "memory_bytes", frozen_array(self.memory_bytes, np.float64))
+        object.__setattr__(self, "is_backward", frozen_array(self.is_backward, bool))
+        group = frozen_array(self.group, np.int64)
         object.__setattr__(self, "group", group)
-        edges = _frozen(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), np.int64)
+        edges = frozen_array(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), np.int64)
         object.__setattr__(self, "edges", edges)
-        object.__setattr__(self, "edge_bytes", _frozen(self.edge_bytes, np.float64))
-        object.__setattr__(self, "edge_cost_s", _frozen(self.edge_cost_s, np.float64))
+        object.__setattr__(self, "edge_bytes", frozen_array(self.edge_bytes, np.float64))
+        object.__setattr__(self, "edge_cost_s", frozen_array(self.edge_cost_s, np.float64))
         e = len(edges)
         for name, arr in (("memory_bytes", self.memory_bytes), ("is_backward", self.is_backward),
                           ("group", group)):
@@ -139,15 +134,13 @@ class ComputeGraph:
         """Memory of each group (sum over its nodes)."""
         return np.bincount(self.group, weights=self.memory_bytes, minlength=self.num_groups)
 
-    @property
-    def has_backward(self) -> bool:
-        """Whether the graph holds backward nodes (a training step)."""
-        return bool(self.is_backward.any())
-
     @cached_property
     def fingerprint(self) -> str:
         """Content hash: equal graphs share caches whatever their file."""
-        h = hashlib.sha1(self.name.encode())
+        return self.content_hash(hashlib.sha1(self.name.encode()))
+
+    def content_hash(self, h: Any) -> str:
+        """``h`` (a hashlib object) updated with everything a placer sees but the name; its digest."""
         for kind in sorted(self.kind_time_s):
             h.update(kind.encode())
             h.update(self.kind_time_s[kind].tobytes())

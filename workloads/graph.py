@@ -12,7 +12,7 @@ as clearly bad input (it would otherwise overflow later, e.g. in the split-count
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -28,7 +28,8 @@ MAX_OP_BYTES = 1e15
 TIME_UNIT_RANGE_S = (1e-9, 3600.0)
 
 
-def _frozen(array: NDArray, dtype: type) -> NDArray:
+def frozen_array(array: NDArray, dtype: type) -> NDArray:
+    """A read-only copy of ``array`` as ``dtype`` (graphs are immutable)."""
     out = np.array(array, dtype=dtype, copy=True)
     out.setflags(write=False)
     return out
@@ -76,7 +77,7 @@ class OpGraph:
                                 field="time_unit_s")
         object.__setattr__(self, "time_unit_s", float(unit))
         for name in ("forward_time_s", "backward_time_s", "activation_bytes", "parameter_bytes"):
-            arr = _frozen(getattr(self, name), np.float64)
+            arr = frozen_array(getattr(self, name), np.float64)
             if arr.shape != (n,):
                 raise WorkloadError(f"expected {n} values, got shape {arr.shape}", path=self.source, field=name)
             # A backstop for graphs built in code (loaders check first, naming the line): no
@@ -88,7 +89,7 @@ class OpGraph:
                 raise WorkloadError(f"op {self.op_ids[i]!r}: value {arr[i]} outside [0, {bound:g}]",
                                     path=self.source, field=name)
             object.__setattr__(self, name, arr)
-        edges = _frozen(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), np.int64)
+        edges = frozen_array(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), np.int64)
         object.__setattr__(self, "edges", edges)
         if len(self.labels) != n:
             raise WorkloadError("labels and op_ids differ in length", path=self.source, field="labels")
@@ -117,14 +118,8 @@ class OpGraph:
 
     def scaled(self, time_factor: float) -> OpGraph:
         """Return a copy with every compute time multiplied by ``time_factor`` (same unit)."""
-        return OpGraph(
-            name=self.name, op_ids=self.op_ids, labels=self.labels,
-            forward_time_s=self.forward_time_s * time_factor,
-            backward_time_s=self.backward_time_s * time_factor,
-            activation_bytes=self.activation_bytes, parameter_bytes=self.parameter_bytes,
-            edges=self.edges, loss_index=self.loss_index, source=self.source,
-            time_unit_s=self.time_unit_s,
-        )
+        return replace(self, forward_time_s=self.forward_time_s * time_factor,
+                       backward_time_s=self.backward_time_s * time_factor)
 
     def in_time_unit(self, time_unit_s: float) -> OpGraph:
         """The same graph with its times expressed in units of ``time_unit_s`` real seconds.
@@ -141,14 +136,8 @@ class OpGraph:
         def convert(times: NDArray[np.float64]) -> NDArray[np.float64]:
             return np.array([float(f"{t:.15g}") for t in (times * factor).tolist()], dtype=np.float64)
 
-        return OpGraph(
-            name=self.name, op_ids=self.op_ids, labels=self.labels,
-            forward_time_s=convert(self.forward_time_s),
-            backward_time_s=convert(self.backward_time_s),
-            activation_bytes=self.activation_bytes, parameter_bytes=self.parameter_bytes,
-            edges=self.edges, loss_index=self.loss_index, source=self.source,
-            time_unit_s=time_unit_s,
-        )
+        return replace(self, forward_time_s=convert(self.forward_time_s),
+                       backward_time_s=convert(self.backward_time_s), time_unit_s=time_unit_s)
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,10 +172,10 @@ class TrainingGraph:
         edges = np.concatenate([fwd, bwd, join]).astype(np.int64)
         act = np.concatenate([f.activation_bytes, f.activation_bytes])
         edge_bytes = act[edges[:, 0]]
-        object.__setattr__(self, "compute_time_s", _frozen(compute, np.float64))
-        object.__setattr__(self, "memory_bytes", _frozen(memory, np.float64))
-        object.__setattr__(self, "edges", _frozen(edges, np.int64))
-        object.__setattr__(self, "edge_bytes", _frozen(edge_bytes, np.float64))
+        object.__setattr__(self, "compute_time_s", frozen_array(compute, np.float64))
+        object.__setattr__(self, "memory_bytes", frozen_array(memory, np.float64))
+        object.__setattr__(self, "edges", frozen_array(edges, np.int64))
+        object.__setattr__(self, "edge_bytes", frozen_array(edge_bytes, np.float64))
 
     @property
     def name(self) -> str:

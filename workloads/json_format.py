@@ -266,11 +266,6 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
             raise fail("missing required field", field=key, line=1)
     if doc["format"] != FORMAT_NAME:
         raise fail(f"expected {FORMAT_NAME!r}, got {show(doc['format'])}", field="format", line=loc.key_line("format"))
-    version = doc["version"]
-    if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
-        raise fail(f"unsupported version {show(version)} (this reader supports "
-                   f"{' and '.join(map(str, SUPPORTED_VERSIONS))})",
-                   field="version", line=loc.key_line("version"))
     if not isinstance(doc["name"], str) or not doc["name"].strip() or _CONTROL.search(doc["name"]):
         raise fail("must be a non-empty string without control characters", field="name", line=loc.key_line("name"))
     time_unit_s = _notes_and_time_unit(doc, loc, fail)

@@ -194,13 +194,8 @@ def op_graph_from_compute_graph(graph: ComputeGraph) -> OpGraph:
         raise WorkloadError("has no forward node: cannot be a workload graph of the cluster simulator",
                             path=graph.source, field="nodes")
     time_s = graph.kind_time_s[graph.reference_kind]
-    bad = forward[np.isinf(time_s[forward])]
-    if len(bad):
-        raise WorkloadError(f"node {graph.node_names[bad[0]]!r} cannot run on the {graph.reference_kind!r} kind: "
-                            "the cluster simulator runs every op on an accelerator", path=graph.source,
-                            field="nodes")
-    bad = backward[np.isinf(time_s[backward])]
-    if len(bad):
+    bad = [*forward[np.isinf(time_s[forward])], *backward[np.isinf(time_s[backward])]]
+    if bad:
         raise WorkloadError(f"node {graph.node_names[bad[0]]!r} cannot run on the {graph.reference_kind!r} kind: "
                             "the cluster simulator runs every op on an accelerator", path=graph.source,
                             field="nodes")

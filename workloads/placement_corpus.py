@@ -158,11 +158,4 @@ def content_fingerprint(graph: ComputeGraph) -> str:
     """A hash of what a placer sees (per-kind times, memory, backward flags, groups, edges, edge
     bytes and costs), without the name: a renamed copy of a graph has the same content fingerprint,
     so the splits can be checked for a held-out graph under another name."""
-    h = hashlib.sha1()
-    for kind in sorted(graph.kind_time_s):
-        h.update(kind.encode())
-        h.update(graph.kind_time_s[kind].tobytes())
-    for arr in (graph.memory_bytes, graph.is_backward, graph.group, graph.edges, graph.edge_bytes,
-                graph.edge_cost_s):
-        h.update(arr.tobytes())
-    return h.hexdigest()[:16]
+    return graph.content_hash(hashlib.sha1())
