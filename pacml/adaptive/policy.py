@@ -165,92 +165,46 @@ class DecisionKnobs(_Knobs):
 
 
 class PacMLPolicy:
-    """The adaptive degree agent: pick the rule the selector scores best for the condition seen so
-    far, and decide the job with it; optionally correct the selector online with shadow clusters.
-
-    With ``shadow_rules > 0`` the agent also runs a :class:`ShadowCluster` for each of the
-    ``shadow_rules`` rules the selector scores best on the first job (every rule when the cluster
-    offers no more, or has more than ``shadow_all_above_servers`` servers). It follows the
-    selector until, after ``shadow_warmup`` jobs, some shadow has blocked clearly fewer jobs than
-    the shadow of the rule it follows: more than ``shadow_margin`` jobs fewer (with
-    ``shadow_novelty``, ``shadow_novel_margin`` on novel conditions), and ``shadow_z`` standard
-    deviations fewer in a paired (McNemar) test over the
-    jobs exactly one of the two blocked (the shadows see the same jobs, so only those differ).
-    From then on it follows the shadows' leader, switching again only on the same evidence. The
-    selector is a prior learned offline; the shadows are the condition's own evidence, measured
-    on the jobs that arrived. The warm-up matters: from an empty cluster every rule blocks
-    little, and the rule that blocks least over the first jobs is often not the one that blocks
-    least once the cluster is full.
+    """The adaptive degree agent: follow the rule the selector scores best for the condition seen
+    so far, corrected online by shadow clusters (see docs/policies.md#the-adaptive-agent-policypacml;
+    why each setting: docs/policies.md#the-adaptive-agents-settings).
 
     Args:
         checkpoint: ``adaptive.npz`` file, a run directory holding one, or a shipped name.
         weights: In-memory weights instead of a file (training-time evaluation).
-        shadow_rules: How many rules get a shadow cluster (0: none, the selector alone).
+        shadow_rules: How many of the selector's best rules (on the first job) get a
+            :class:`ShadowCluster` (0: none, the selector alone).
         shadow_warmup: Jobs decided before the shadows may overrule the selector.
         shadow_margin: Fewest blocked jobs by which a shadow must lead to be followed.
-        shadow_z: Standard deviations by which it must lead (paired test).
-        shadow_all_above_servers: Clusters with more servers than this shadow every rule they offer, and the warm-up grows with the
-            cluster: ``shadow_warmup x servers / 32`` jobs (``None``: the selector's best shadows on
-            every cluster, and the warm-up as ``shadow_warmup_scales`` says). At the paper's load per
-            server a cluster N times the paper's 32 servers takes N times the arrivals to fill, and
-            the selector's labels there come from training episodes that ended before it filled, so
-            its best-scored rules need not include the best one (on 512 servers its best 8 leave out
-            ``min_feasible(8)``). Placed in blocks, a late switch costs little on such a cluster.
-        selector_margin: Once the condition comes from a whole window of arrivals, the rule followed
-            is kept until another scores more than this much better (the neighbour selector's
-            scores are minus predicted regret, so this is in blocking rate; 0: each job's
-            best-scoring rule). Near a boundary between rules the noisy condition estimate flips the
-            pick from job to job, and blocking is path dependent: mixing ``min_feasible(4)`` and
-            ``(6)`` jobs can block more than either rule alone.
-        shadow_novelty: A condition is *familiar* while it is at most this far from the selector's
-            training conditions (:meth:`SelectorWeights.novelty`, averaged over the episode's jobs
-            so far); on familiar conditions ``shadow_familiar_z`` applies, on the others
-            ``shadow_novel_margin``. Near its training data the selector is right more often than
-            the shadows, whose evidence starts from an empty cluster; far from it (other
-            scenarios, unseen graphs) the shadows are. ``None``: no condition is told apart.
-        shadow_familiar_z: With ``shadow_novelty`` set, the standard deviations by which a shadow
-            must lead to overrule the selector on a familiar condition (``None``: it never does).
-        shadow_novel_margin: With ``shadow_novelty`` set, the fewest blocked jobs by which a shadow
-            must lead on a condition that is not familiar (``None``: ``shadow_margin`` there too;
-            without ``shadow_novelty`` no condition is told apart, and this has no effect). The
-            margin is the evidence the shadows need against the selector's prior, and far from
-            its training data that prior is worth less: on the unseen graphs a shadow of the best
-            rule gains on the selector's pick by about 6.5 jobs per 100, so a margin of 10 costs
-            some 150 jobs of the wrong rule.
-        shadow_warmup_scales: The warm-up grows with the cluster on every cluster of more than 32
-            servers, ``shadow_warmup x servers / 32`` jobs, as it does above
-            ``shadow_all_above_servers`` (false: only there). A cluster twice the paper's takes
-            twice the arrivals to fill, and until it is full rules of small degrees lead by
-            blocking little; on the 64-server RAMP those leads carried switches right after a
-            64-job warm-up that the rest of the episode did not repay.
-        lookup_after_window: With a nearest-neighbour selector, the lookup decides only once the
-            condition comes from a whole window of arrivals; before that the MLP does. The lookup
-            is more accurate on whole-window conditions, but on the first jobs' partial-window
-            estimates it mixes near-tied rules, and that mix blocks more than either rule alone.
+        shadow_z: Standard deviations by which it must lead (paired McNemar test over the jobs
+            exactly one of the two blocked).
+        shadow_all_above_servers: Clusters with more servers shadow every rule, with a warm-up of
+            ``shadow_warmup x servers / 32`` jobs (``None``: never).
+        selector_margin: Once the condition comes from a whole window, keep the followed rule
+            until another scores more than this better (blocking rate; 0: each job's best).
+        shadow_novelty: Mean novelty (:meth:`SelectorWeights.novelty`) up to which a condition is
+            familiar (``shadow_familiar_z`` applies) rather than novel (``shadow_novel_margin``);
+            ``None``: no condition is told apart.
+        shadow_familiar_z: ``shadow_z`` on familiar conditions (``None``: shadows never overrule).
+        shadow_novel_margin: ``shadow_margin`` on novel conditions (``None``: ``shadow_margin``).
+        shadow_warmup_scales: Scale the warm-up by servers / 32 on every cluster of more than 32
+            servers (false: only above ``shadow_all_above_servers``).
+        lookup_after_window: A nearest-neighbour selector's lookup decides only once the window is
+            whole; before that its MLP does.
         block_search: 0: the scenario's placer places the rule's degree; N: the first of the first
-            N free blocks of that degree in which the job meets its target
+            N free blocks where the job meets its target
             (:func:`simulator.policies.heuristics.first_feasible_block`).
-        shadow_blocks: The shadow clusters place their rules' degrees as the agent does
-            (``block_search``); false: with the scenario's placer.
-        hold_until_window: Keep the rule picked on the episode's first job until the condition
-            comes from a whole window of arrivals; then leave it only for a rule that scores more
-            than ``selector_margin`` better (with margin 0, each job's best). The
-            first job's condition knows the cluster and a target but no load, so its pick is the
-            rule best on average over the loads trained on; the partial-window estimates that
-            follow are noisy enough to flip the pick between near-tied rules, whose mix blocks
-            more than either rule alone.
-        hold_from_job: With ``hold_until_window``, the job (counted from 1) whose pick is held;
-            the jobs before it take each job's own pick. The first job's condition has no arrival
-            rate at all, so its pick follows that one job's target; a few arrivals later the
-            estimate is rough but informed, and the nearly empty cluster makes early flips cheap.
-        condition_critics: Per-beta deviation critics (``pacml distill``; names or paths), each
-            applied only where the observed condition is its training condition
-            (:class:`pacml.adaptive.condition_critics.ConditionCritic`): the first that applies may change the rule's
-            degree. ``None``: none.
+        shadow_blocks: The shadows place as the agent does (``block_search``); false: the
+            scenario's placer.
+        hold_until_window: Keep the pick of job ``hold_from_job`` until the window is whole.
+        hold_from_job: The job (counted from 1) whose pick is held; earlier jobs take their own.
+        condition_critics: Per-beta deviation critics (names or paths), each applied only on its
+            own training condition (:class:`pacml.adaptive.condition_critics.ConditionCritic`).
         condition_critic_radius: How close (feature spreads) a condition must be to a critic's.
-        horizon_guard: With the paper's accounting, a job that would still run at the horizon
-            (and so count as blocked) takes the smallest feasible degree at which it ends in
-            time, or is rejected (:func:`~simulator.policies.heuristics.placed_decision`).
+        horizon_guard: A job that would still run at the horizon takes the smallest feasible
+            degree at which it ends in time, or is rejected
+            (:func:`~simulator.policies.heuristics.placed_decision`).
+        feasible_fallback: Where the rule's degree cannot be taken, the largest feasible below it.
     """
 
     def __init__(self, checkpoint: str | Path | None = None, weights: SelectorWeights | None = None,
