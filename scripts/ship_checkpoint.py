@@ -64,19 +64,6 @@ def plot_curve(metrics: Path, out: Path, title: str, validation: str = "2 fixed 
     plt.close(fig)
 
 
-def record_teacher(policy: Path, metrics: Path) -> None:
-    """Write the warm-start rule's k into the policy's metadata if the run predates that field
-    (the lookahead planner reads it); the weights are not touched."""
-    import torch
-
-    payload = torch.load(policy, map_location="cpu", weights_only=False)
-    rows = list(csv.DictReader(metrics.open()))
-    k = _float(rows[0], "warmstart/teacher_min_degree") if rows else float("nan")
-    if payload["meta"].get("teacher_min_degree") is None and k == k:
-        payload["meta"]["teacher_min_degree"] = int(k)
-        torch.save(payload, policy)
-
-
 def name_agent(dest: Path, agent: str) -> None:
     """Make the critic in ``dest`` name its agent by the shipped ``agent`` (see module docstring)."""
     import filecmp
@@ -115,7 +102,6 @@ def main() -> None:
         return
     for name in ("policy.pt", "train_config.yaml", "metrics.csv", "train_summary.json"):
         shutil.copy2(args.run_dir / name, dest / name)
-    record_teacher(dest / "policy.pt", dest / "metrics.csv")
     summary = json.loads((args.run_dir / "train_summary.json").read_text())
     ppo = (yaml.safe_load((args.run_dir / "train_config.yaml").read_text()) or {}).get("ppo", {})
     seeds = len(ppo.get("eval_seeds", [0, 0]))
