@@ -40,15 +40,10 @@ class ArrivalProcess(Protocol):
         ...
 
 
-def _positive(value: float, field: str) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise WorkloadError(f"must be a finite number > 0, got {value!r}", field=field)
-    return float(value)
-
-
-def _non_negative(value: float, field: str) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise WorkloadError(f"must be a finite number >= 0, got {value!r}", field=field)
+def _positive(value: float, field: str, *, zero_ok: bool = False) -> float:
+    if (not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            or value < 0 or (value == 0 and not zero_ok)):
+        raise WorkloadError(f"must be a finite number {'>=' if zero_ok else '>'} 0, got {value!r}", field=field)
     return float(value)
 
 
@@ -62,7 +57,7 @@ class FixedInterval:
 
     def __init__(self, interval_s: float, start_s: float = 0.0) -> None:
         self.interval_s = _positive(interval_s, "arrivals.interval_s")
-        self.start_s = _non_negative(start_s, "arrivals.start_s")
+        self.start_s = _positive(start_s, "arrivals.start_s", zero_ok=True)
 
     def arrivals(self, rng: np.random.Generator) -> Iterator[Arrival]:
         """Yield ``start_s + k * interval_s`` for k = 0, 1, ... (computed, not accumulated)."""
@@ -87,7 +82,7 @@ class Poisson:
             self.mean_interval_s = 1.0 / _positive(rate_per_s, "arrivals.rate_per_s")
         else:
             self.mean_interval_s = _positive(mean_interval_s, "arrivals.mean_interval_s")  # type: ignore[arg-type]
-        self.start_s = _non_negative(start_s, "arrivals.start_s")
+        self.start_s = _positive(start_s, "arrivals.start_s", zero_ok=True)
 
     def arrivals(self, rng: np.random.Generator) -> Iterator[Arrival]:
         """Yield arrivals with i.i.d. exponential gaps."""
@@ -141,18 +136,14 @@ def read_gavel_trace(path: str | Path) -> list[TraceJob]:
         cols = raw.split("\t")
         if len(cols) != 7:
             raise WorkloadError(f"expected 7 tab-separated columns, got {len(cols)}", path=path, line=lineno)
-        try:
-            steps = int(cols[4])
-        except ValueError:
-            raise WorkloadError(f"not an integer: {cols[4]!r}", path=path, line=lineno, field="total_steps") from None
-        try:
-            t = float(cols[5])
-        except ValueError:
-            raise WorkloadError(f"not a number: {cols[5]!r}", path=path, line=lineno, field="arrival_time") from None
-        try:
-            gpus = int(cols[6])
-        except ValueError:
-            raise WorkloadError(f"not an integer: {cols[6]!r}", path=path, line=lineno, field="scale_factor") from None
+        values: list = []
+        for col, cast, field in ((4, int, "total_steps"), (5, float, "arrival_time"), (6, int, "scale_factor")):
+            try:
+                values.append(cast(cols[col]))
+            except ValueError:
+                what = "an integer" if cast is int else "a number"
+                raise WorkloadError(f"not {what}: {cols[col]!r}", path=path, line=lineno, field=field) from None
+        steps, t, gpus = values
         if not math.isfinite(t) or t < 0:
             raise WorkloadError(f"arrival time must be >= 0, got {t}", path=path, line=lineno, field="arrival_time")
         if jobs and t < jobs[-1].arrival_time_s:
