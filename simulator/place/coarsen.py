@@ -11,11 +11,8 @@ in detail: docs/op-placement.md ("Coarsening").
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,9 +26,10 @@ from scipy.sparse.csgraph import connected_components
 
 from simulator.config import CONF_DIR, instantiate_checked
 from simulator.errors import ConfigError
+from simulator.place.heuristics import scaled_ints
 from simulator.place.local_search import climb_groups
 from simulator.place.objectives import BoundObjective, bind_objective
-from simulator.place.placer import PlacerResult, timed
+from simulator.place.placer import PlacerResult, check_bool, check_int, quiet_stdout, timed
 from workloads.compute_graph import ComputeGraph
 
 log = logging.getLogger(__name__)
@@ -166,10 +164,6 @@ class Coarsening:
         """Number of clusters."""
         return self.graph.num_groups
 
-    def expand(self, cluster_device: NDArray[np.int64]) -> NDArray[np.int64]:
-        """Device of each fine group from the device of each cluster."""
-        return np.asarray(cluster_device, dtype=np.int64)[self.cluster_of_group]
-
     def contracted(self) -> tuple[ComputeGraph, NDArray[np.int64]]:
         """One node per (cluster, pass): ``(graph, node_of_fine_node)``.
 
@@ -211,43 +205,20 @@ class Coarsening:
         return graph, node
 
 
-def _scaled_ints(values: NDArray[np.float64], top: int = 1_000_000) -> NDArray[np.int64]:
-    """Positive integer weights proportional to ``values`` (METIS takes integers)."""
-    peak = float(values.max()) if len(values) else 0.0
-    if peak <= 0:
-        return np.ones(len(values), dtype=np.int64)
-    return np.maximum(1, np.round(values / peak * top)).astype(np.int64)
-
-
-@contextlib.contextmanager
-def _quiet_stdout():
-    """Send file descriptor 1 to /dev/null for the duration (C libraries that print)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _metis(num_groups: int, gs, gd, gw, weight, max_groups: int, seed: int) -> NDArray[np.int64]:
     import pymetis  # noqa: PLC0415  # lazy: pymetis
 
     a, b = np.minimum(gs, gd), np.maximum(gs, gd)
     pair = a * num_groups + b
     uniq, inv = np.unique(pair, return_inverse=True)
-    w = _scaled_ints(np.bincount(inv, weights=gw, minlength=len(uniq)))
+    w = scaled_ints(np.bincount(inv, weights=gw, minlength=len(uniq)))
     ia, ib = uniq // num_groups, uniq % num_groups
     rows, cols, wts = np.concatenate([ia, ib]), np.concatenate([ib, ia]), np.concatenate([w, w])
     order = np.lexsort((cols, rows))
     xadj = np.concatenate([[0], np.cumsum(np.bincount(rows[order], minlength=num_groups))])
-    with _quiet_stdout():  # METIS prints its complaints (too many parts for a small graph) on fd 1
+    with quiet_stdout():  # METIS prints its complaints (too many parts for a small graph) on fd 1
         res = pymetis.part_graph(max_groups, pymetis.CSRAdjacency(xadj.tolist(), cols[order].tolist()),
-                                 vweights=_scaled_ints(weight, top=10_000).tolist(), eweights=wts[order].tolist(),
+                                 vweights=scaled_ints(weight, top=10_000).tolist(), eweights=wts[order].tolist(),
                                  recursive=False, options=pymetis.Options(seed=int(seed)))
     return np.asarray(res.vertex_part, dtype=np.int64)
 
@@ -376,12 +347,6 @@ def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed
 
 
 # ---------------------------------------------------------------------- the wrapper placer
-def _check_int(value: Any, key: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ConfigError(f"must be an integer >= {low}, got {value!r}", field=f"method.{key}")
-    return int(value)
-
-
 def build_inner(inner: Any, inner_args: Mapping[str, Any] | None = None) -> Any:
     """The inner placer: a method name of ``conf/method/`` (its config, updated by ``inner_args``, instantiated
     like any method), a config with ``_target_``, or a placer object.
@@ -447,15 +412,13 @@ class CoarsenedPlacer:
     def __init__(self, inner: Any = "heft", max_groups: int = 128, method: str = "chain",
                  refine_evaluations: int = 200, contract: bool = True, width: int = 1,
                  inner_args: Mapping[str, Any] | None = None) -> None:
-        self.max_groups = _check_int(max_groups, "max_groups", 1)
-        self.width = _check_int(width, "width", 1)
+        self.max_groups = check_int(max_groups, "max_groups", low=1)
+        self.width = check_int(width, "width", low=1)
         if method not in METHODS:
             raise ConfigError(f"must be one of {', '.join(METHODS)}, got {method!r}", field="method.method")
         self.method = method
-        self.refine_evaluations = _check_int(refine_evaluations, "refine_evaluations", 0)
-        if not isinstance(contract, bool):
-            raise ConfigError(f"must be true or false, got {contract!r}", field="method.contract")
-        self.contract = contract
+        self.refine_evaluations = check_int(refine_evaluations, "refine_evaluations", low=0)
+        self.contract = check_bool(contract, "contract")
         if inner_args is not None and not isinstance(inner_args, Mapping | DictConfig):
             raise ConfigError(f"must be a mapping of the inner method's keys, got {inner_args!r}",
                               field="method.inner_args")

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
-from simulator.place.placer import PlacerResult, expand_groups, timed
+from simulator.place.placer import PlacerResult, check_bool, expand_groups, timed
 from workloads.graph import topological_order
 
 _TOL = 1 + 1e-12  # the objective's memory tolerance
@@ -93,7 +93,7 @@ class HeuristicProblem:
     def fallback(self, grp: int, used: NDArray[np.float64]) -> int:
         """Device for a group nothing can take: the capable device with most free memory."""
         free = np.where(self.group_ok[grp], self.capacity_bytes - used, -np.inf)
-        return int(np.argmax(free)) if np.isfinite(free).any() or np.isinf(free).any() else 0
+        return int(np.argmax(free))
 
     def upward_rank(self, nodes: Sequence[int]) -> NDArray[np.float64]:
         """HEFT's upward rank on mean costs, within the given phase (reverse topological sweep)."""
@@ -146,12 +146,6 @@ def _finish(problem: HeuristicProblem, objective: BoundObjective, group_device: 
     return PlacerResult(placement, info=info)
 
 
-def _check_bool(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be true or false, got {value!r}", field=f"method.{key}")
-    return value
-
-
 # ---------------------------------------------------------------------- HEFT
 class HeftPlacer:
     """HEFT (Topcuoglu, Hariri and Wu, 2002): upward rank on mean costs, then each node in
@@ -167,7 +161,7 @@ class HeftPlacer:
     name = "heft"
 
     def __init__(self, insertion: bool = True) -> None:
-        self.insertion = _check_bool(insertion, "insertion")
+        self.insertion = check_bool(insertion, "insertion")
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Schedule by HEFT; return its placement, priced by ``objective``."""
@@ -252,7 +246,7 @@ class MTopoPlacer:
     name = "m_topo"
 
     def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+        self.use_cpu = check_bool(use_cpu, "use_cpu")
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Fill devices in topological order; return the placement priced by ``objective``."""
@@ -403,7 +397,7 @@ class METFPlacer:
     name = "m_etf"
 
     def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+        self.use_cpu = check_bool(use_cpu, "use_cpu")
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Schedule by m-ETF; return its placement priced by ``objective``."""
@@ -443,7 +437,7 @@ class MSCTPlacer:
     name = "m_sct"
 
     def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+        self.use_cpu = check_bool(use_cpu, "use_cpu")
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Schedule by m-SCT; return its placement priced by ``objective``."""
@@ -468,7 +462,7 @@ def _device_speed(p: HeuristicProblem) -> NDArray[np.float64]:
     return speed
 
 
-def _scaled_ints(values: NDArray[np.float64], top: int = 1_000_000) -> NDArray[np.int64]:
+def scaled_ints(values: NDArray[np.float64], top: int = 1_000_000) -> NDArray[np.int64]:
     """Positive integer weights for METIS, proportional to ``values`` (largest ``top``, least 1)."""
     peak = float(values.max()) if len(values) else 0.0
     if peak <= 0:
@@ -513,7 +507,7 @@ class MetisPlacer:
         p = HeuristicProblem(objective)
         k = min(self.parts or p.d, max(p.num_groups, 1))
         speed = _device_speed(p)
-        vweight = _scaled_ints(np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups))
+        vweight = scaled_ints(np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups))
         gu, gv = p.group[p.src], p.group[p.dst]
         cross = gu != gv
         if self.edge_weight == "unit":
@@ -526,7 +520,7 @@ class MetisPlacer:
         uniq, inverse = np.unique(pair, return_inverse=True)
         pair_w = np.bincount(inverse, weights=w, minlength=len(uniq)) if len(uniq) else np.zeros(0)
         ia, ib = uniq // max(p.num_groups, 1), uniq % max(p.num_groups, 1)
-        ew = _scaled_ints(pair_w) if len(pair_w) else np.zeros(0, np.int64)
+        ew = scaled_ints(pair_w) if len(pair_w) else np.zeros(0, np.int64)
         rows = np.concatenate([ia, ib])
         cols = np.concatenate([ib, ia])
         wts = np.concatenate([ew, ew])
@@ -603,7 +597,7 @@ class PipeDreamPlacer:
     name = "pipedream"
 
     def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = _check_bool(use_cpu, "use_cpu")
+        self.use_cpu = check_bool(use_cpu, "use_cpu")
 
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Split the chain by PipeDream's DP; return the placement priced by ``objective``."""

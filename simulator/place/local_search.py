@@ -27,7 +27,14 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError
 from simulator.place.heuristics import HeftPlacer, METFPlacer, PipeDreamPlacer
 from simulator.place.objectives import BoundObjective, PipelineObjective
-from simulator.place.placer import PlacerResult, expand_groups, timed
+from simulator.place.placer import (
+    PlacerResult,
+    check_bool,
+    check_float,
+    check_int,
+    expand_groups,
+    timed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -239,32 +246,6 @@ class IncrementalPipeline:
         return float(self.loads.max())
 
 
-def check_int(value, key: str, *, low: int, allow_none: bool = False) -> int | None:
-    """``value`` as an int ``>= low`` (or ``None`` if allowed); else a ConfigError naming ``method.key``."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ConfigError(f"must be an integer >= {low}{' or null' if allow_none else ''}, got {value!r}",
-                          field=f"method.{key}")
-    return int(value)
-
-
-def check_float(value, key: str, *, low: float, high: float = math.inf, low_open: bool = True) -> float:
-    """``value`` as a finite float in the range; else a ConfigError naming ``method.key``."""
-    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) \
-        and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        raise ConfigError(f"must be a number in {'(' if low_open else '['}{low:g}, {high:g}], got {value!r}",
-                          field=f"method.{key}")
-    return float(value)
-
-
-def _check_bool(value, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be true or false, got {value!r}", field=f"method.{key}")
-    return value
-
-
 def incremental_pricer(objective: BoundObjective) -> IncrementalPipeline | None:
     """The compiled move pricer when it equals ``objective`` (pipeline, one cost per node), else None."""
     if not isinstance(objective, PipelineObjective) or not objective.graph.num_nodes:
@@ -350,7 +331,7 @@ class LocalSearchPlacer:
                  move_rule: str = "best") -> None:
         self.restarts = check_int(restarts, "restarts", low=1)
         self.max_evaluations = check_int(max_evaluations, "max_evaluations", low=1, allow_none=True)
-        self.respect_memory = _check_bool(respect_memory, "respect_memory")
+        self.respect_memory = check_bool(respect_memory, "respect_memory")
         if move_rule not in ("best", "first"):
             raise ConfigError(f"must be 'best' or 'first', got {move_rule!r}", field="method.move_rule")
         self.move_rule = move_rule

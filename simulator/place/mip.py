@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import sys
+from dataclasses import dataclass
 from typing import Any
 
 import highspy
@@ -23,15 +22,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
-from simulator.place.local_search import (
-    LocalSearchPlacer,
+from simulator.place.local_search import LocalSearchPlacer, group_time, pipeline_node_costs
+from simulator.place.objectives import BoundObjective, PipelineObjective
+from simulator.place.placer import (
+    PlacerResult,
+    SingleDevicePlacer,
     check_float,
     check_int,
-    group_time,
-    pipeline_node_costs,
+    expand_groups,
+    quiet_stdout,
+    timed,
 )
-from simulator.place.objectives import BoundObjective, PipelineObjective
-from simulator.place.placer import PlacerResult, SingleDevicePlacer, expand_groups, timed
 
 log = logging.getLogger(__name__)
 
@@ -164,25 +165,9 @@ def _status(solver_status: str, exact: bool, gap: float) -> str:
     return f"stopped within mip_gap; the placement is within {gap:.3g} of the bound (not proven best)"
 
 
-_banner_shown = False
-
-
 def _new_highs() -> highspy.Highs:
-    """A silent solver. HiGHS prints a banner on stdout when the first one is made in a process;
-    library code must not print, so that first construction runs with stdout pointed at /dev/null."""
-    global _banner_shown
-    if not _banner_shown:
-        sys.stdout.flush()
-        saved = os.dup(1)
-        try:
-            with open(os.devnull, "w") as null:
-                os.dup2(null.fileno(), 1)
-                h = highspy.Highs()
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        _banner_shown = True
-    else:
+    """A silent solver (HiGHS prints a banner on stdout when the first one is made in a process)."""
+    with quiet_stdout():
         h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     return h
@@ -198,15 +183,20 @@ def _consistent_groups(group: NDArray[np.int64], placement: NDArray[np.int64]) -
     return bool((first[group] == placement).all())
 
 
+@dataclass
 class _Model:
     """The LP of the MIP plus how to map a group assignment onto its columns."""
 
-    def __init__(self, lp, exact: bool, G: int, D: int, y_cols: list[tuple[int, int, int, list[int]]],
-                 sym: list[list[int]], prefix_col: dict[tuple[int, int], int], t_col: int,
-                 gtime: NDArray[np.float64], costs: dict[int, float], no_comm) -> None:
-        self.lp, self.exact, self.G, self.D = lp, exact, G, D
-        self.y_cols, self.sym, self.prefix_col, self.t_col = y_cols, sym, prefix_col, t_col
-        self.gtime, self.costs, self.no_comm = gtime, costs, no_comm
+    lp: Any
+    exact: bool
+    G: int
+    D: int
+    y_cols: list[tuple[int, int, int, list[int]]]
+    sym: list[list[int]]
+    prefix_col: dict[tuple[int, int], int]
+    t_col: int
+    gtime: NDArray[np.float64]
+    costs: dict[int, float]
 
     def canonical(self, gdev: NDArray[np.int64]) -> NDArray[np.int64]:
         """Relabel interchangeable devices so that ``gdev`` meets the symmetry constraints."""
@@ -232,8 +222,7 @@ class _Model:
             col[c] = val
             loads[d] += self.costs[c] * val
         for (k, gi), c in self.prefix_col.items():
-            cls_dev = k
-            col[c] = float((gdev[:gi + 1] == cls_dev).sum())
+            col[c] = float((gdev[:gi + 1] == k).sum())
         col[self.t_col] = loads.max()
         return col.tolist()
 
@@ -325,7 +314,6 @@ def _build(objective: PipelineObjective) -> _Model:
     for d in range(D):
         idx, val = load_terms[d]
         add_row(-inf, 0.0, idx + [t_col], val + [-1.0])
-        # Each group alone bounds T on the device it takes (tightens the LP a little).
 
     # Symmetry among interchangeable devices: kind, speed, memory and the same allowed groups.
     classes: dict[tuple, list[int]] = {}
@@ -363,7 +351,7 @@ def _build(objective: PipelineObjective) -> _Model:
     for c in integer:
         kinds[c] = highspy.HighsVarType.kInteger
     lp.integrality_ = kinds
-    return _Model(lp, node_costs.exact, G, D, y_cols, sym, prefix_col, t_col, finite_t, costs, no_comm)
+    return _Model(lp, node_costs.exact, G, D, y_cols, sym, prefix_col, t_col, finite_t, costs)
 
 
 def pigeonhole_bound(gtime: NDArray[np.float64], no_comm: NDArray[np.bool_]) -> float:

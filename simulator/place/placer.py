@@ -10,7 +10,10 @@ device: :func:`expand_groups` turns a per-group assignment into a per-node place
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -18,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
 
 
@@ -74,6 +78,48 @@ def accelerators(objective: BoundObjective) -> NDArray[np.int64]:
     """Indices of the devices that are not host CPUs (all devices if every one is a CPU)."""
     acc = np.flatnonzero(~objective.devices.is_cpu)
     return acc if len(acc) else np.arange(objective.devices.num_devices)
+
+
+def check_int(value, key: str, *, low: int, allow_none: bool = False) -> int | None:
+    """``value`` as an int ``>= low`` (or ``None`` if allowed); else a ConfigError naming ``method.key``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ConfigError(f"must be an integer >= {low}{' or null' if allow_none else ''}, got {value!r}",
+                          field=f"method.{key}")
+    return int(value)
+
+
+def check_float(value, key: str, *, low: float, high: float = math.inf, low_open: bool = True) -> float:
+    """``value`` as a finite float in the range; else a ConfigError naming ``method.key``."""
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) \
+        and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        raise ConfigError(f"must be a number in {'(' if low_open else '['}{low:g}, {high:g}], got {value!r}",
+                          field=f"method.{key}")
+    return float(value)
+
+
+def check_bool(value, key: str) -> bool:
+    """``value`` if it is a bool; else a ConfigError naming ``method.key``."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", field=f"method.{key}")
+    return value
+
+
+@contextlib.contextmanager
+def quiet_stdout():
+    """Send file descriptor 1 to /dev/null for the duration (C libraries that print)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def timed(objective: BoundObjective, run) -> PlacerResult:
