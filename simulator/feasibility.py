@@ -15,9 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,7 +24,7 @@ from numpy.typing import NDArray
 from simulator.allocation.first_fit import FirstFitAllocator, Placement
 from simulator.errors import ConfigError
 from simulator.step_model import StepModel, StepResult
-from simulator.topology import Block, RampTopology
+from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec
 
@@ -189,26 +188,35 @@ class Feasibility:
     def some_shape_may_meet(self, graph: TrainingGraph, degree: int, meets: Callable[[float], bool]) -> bool:
         """Whether a block of some shape of ``degree`` gives a step time that ``meets`` accepts.
 
-        Shapes are looked ahead lazily, in first-fit order (the first is the one first fit
-        usually picks, so its lookahead is the one the job needs anyway), and stop at the first
-        accepted; the best step time so far and the shapes done are cached per graph and degree,
-        so a hopeless degree costs every shape's lookahead once per episode and a dict lookup
-        after. Only meaningful when :attr:`jct_depends_on_shape_only`: then ``False`` means no
-        placement at ``degree`` is accepted.
+        Shapes are looked ahead lazily in first-fit order (:meth:`_some_may_meet`). Only meaningful
+        when :attr:`jct_depends_on_shape_only`: then ``False`` means no placement at ``degree`` is
+        accepted.
         """
+        def shape_step_s(shape: Shape) -> float | None:
+            placement = self.placer.place_in_block(graph, degree, self.topology.block_at(shape, (0, 0, 0)))
+            return None if placement is None else self.step_model.step(graph, degree, placement).step_time_s
+
+        return self._some_may_meet(self._shape_steps, graph, degree, meets, self.topology.search_shapes(degree),
+                                   shape_step_s)
+
+    @staticmethod
+    def _some_may_meet(states: dict[tuple[str, int], list], graph: TrainingGraph, degree: int,
+                       meets: Callable[[float], bool], candidates: Sequence[Any],
+                       step_s: Callable[[Any], float | None]) -> bool:
+        """Whether the step time of one of ``candidates`` (looked at lazily, in order) is accepted by
+        ``meets``; the best step time so far and the candidates done are kept in ``states`` per
+        graph and degree, so a hopeless degree costs each candidate's lookahead once per episode."""
         key = (graph.fingerprint, degree)
-        state = self._shape_steps.get(key)
+        state = states.get(key)
         if state is None:
-            state = self._shape_steps[key] = [math.inf, 0]  # best step time, shapes looked ahead
+            state = states[key] = [math.inf, 0]  # best step time, candidates looked at
         if meets(state[0]):
             return True
-        shapes = self.topology.search_shapes(degree)
-        while state[1] < len(shapes):
-            block = self.topology.block_at(shapes[state[1]], (0, 0, 0))
-            placement = self.placer.place_in_block(graph, degree, block)
+        while state[1] < len(candidates):
+            found = step_s(candidates[state[1]])
             state[1] += 1
-            if placement is not None:
-                state[0] = min(state[0], self.step_model.step(graph, degree, placement).step_time_s)
+            if found is not None:
+                state[0] = min(state[0], found)
                 if meets(state[0]):
                     return True
         return False
@@ -277,24 +285,9 @@ class Feasibility:
     def some_class_may_meet(self, graph: TrainingGraph, degree: int, meets: Callable[[float], bool]) -> bool:
         """Whether a block of some class (:meth:`block_class`) of ``degree`` gives a step time that
         ``meets`` accepts; ``False`` means no block of the degree does (exact: a block times as its
-        class). Classes are looked at lazily and the best step time so far is kept per graph and
-        degree, as :meth:`some_shape_may_meet` does for shapes: a hopeless degree costs each class's
-        lookahead once, then a dict lookup."""
-        key = (graph.fingerprint, degree)
-        state = self._class_best.get(key)
-        if state is None:
-            state = self._class_best[key] = [math.inf, 0]  # best step time, classes looked at
-        if meets(state[0]):
-            return True
-        classes = self._class_blocks(degree)
-        while state[1] < len(classes):
-            step_s = self.block_step_s(graph, degree, classes[state[1]], 0)
-            state[1] += 1
-            if step_s is not None:
-                state[0] = min(state[0], step_s)
-                if meets(state[0]):
-                    return True
-        return False
+        class)."""
+        return self._some_may_meet(self._class_best, graph, degree, meets, self._class_blocks(degree),
+                                   lambda block: self.block_step_s(graph, degree, block, 0))
 
     def _class_blocks(self, degree: int) -> list[Block]:
         """One block of every class of ``degree``, in first-fit order. Server kinds are set per rack
@@ -318,30 +311,6 @@ class Feasibility:
     def table(self, job: JobSpec, occupied_mask: int) -> FeasibilityTable:
         """Feasibility of ``job`` given the servers other jobs hold."""
         return FeasibilityTable(self, job, occupied_mask)
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One evaluated degree (for logs and tests).
-
-    Attributes:
-        degree: Partition degree.
-        enough_servers: The original's mask bit.
-        placeable: A first-fit placement exists now.
-        jct_s: Simulated JCT of that placement (``nan`` if not placeable).
-        meets_target: ``jct_s <= beta x sequential JCT``.
-    """
-
-    degree: int
-    enough_servers: bool
-    placeable: bool
-    jct_s: float
-    meets_target: bool
-
-    @property
-    def feasible(self) -> bool:
-        """Placeable and within target."""
-        return self.placeable and self.meets_target
 
 
 class FeasibilityTable:
@@ -388,9 +357,7 @@ class FeasibilityTable:
         self._check(degree)
         found = None
         if not self._meets(degree, None):
-            steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
-            found = self.engine.first_block_meeting(self.job.graph, degree, self.occupied_mask,
-                                                    lambda step_s: meets_target(step_s * steps, max_jct_s),
+            found = self.engine.first_block_meeting(self.job.graph, degree, self.occupied_mask, self._step_meets,
                                                     lambda: self.free_blocks(degree))
         self._chosen[degree] = found
         return found
@@ -398,9 +365,7 @@ class FeasibilityTable:
     def placement(self, degree: int, block: Block | None = None) -> Placement | None:
         """The placement at ``degree`` inside ``block``, or without one the placement the job gets
         (first fit's, or the block :meth:`chosen_block` finds); ``None`` if it cannot be placed."""
-        if block is None and self._search_bound:
-            block = self.chosen_block(degree)
-        return self._placement(degree, block)
+        return self._placement(degree, self.chosen_block(degree) if block is None else block)
 
     def _placement(self, degree: int, block: Block | None) -> Placement | None:
         """First-fit placement at ``degree`` (inside ``block`` if given), or ``None``."""
@@ -412,9 +377,7 @@ class FeasibilityTable:
 
     def step(self, degree: int, block: Block | None = None) -> StepResult | None:
         """Lookahead of the placement at ``degree`` (``None`` if it cannot be placed)."""
-        if block is None and self._search_bound:
-            block = self.chosen_block(degree)
-        return self._step(degree, block)
+        return self._step(degree, self.chosen_block(degree) if block is None else block)
 
     def _step(self, degree: int, block: Block | None) -> StepResult | None:
         key = (degree, None if block is None else block.mask)
@@ -437,18 +400,18 @@ class FeasibilityTable:
         target is refused without searching for a free block (exact: every placement is slower).
         Without ``block``, on a cluster of several kinds, the block of :meth:`chosen_block`.
         """
-        if block is None and self._search_bound:
-            block = self.chosen_block(degree)
-        return self._meets(degree, block)
+        return self._meets(degree, self.chosen_block(degree) if block is None else block)
+
+    def _step_meets(self, step_s: float) -> bool:
+        return meets_target(step_s * self.job.num_training_steps, self.job.max_jct_s)
 
     def _meets(self, degree: int, block: Block | None) -> bool:
         engine = self.engine
-        if (degree, None if block is None else block.mask) not in self._steps and engine.jct_depends_on_shape_only:
-            steps, max_jct_s = self.job.num_training_steps, self.job.max_jct_s
-            if not engine.some_shape_may_meet(self.job.graph, degree, lambda step_s: meets_target(step_s * steps, max_jct_s)):
-                return False
+        if ((degree, None if block is None else block.mask) not in self._steps and engine.jct_depends_on_shape_only
+                and not engine.some_shape_may_meet(self.job.graph, degree, self._step_meets)):
+            return False
         step = self._step(degree, block)  # exactly this placement (``None``: first fit's)
-        return step is not None and meets_target(step.step_time_s * self.job.num_training_steps, self.job.max_jct_s)
+        return step is not None and self._step_meets(step.step_time_s)
 
     def feasible(self, degree: int, block: Block | None = None) -> bool:
         """The job would be accepted at ``degree`` (placed now and meeting its target)."""
@@ -492,13 +455,3 @@ class FeasibilityTable:
             if d <= top and test(d):
                 out[d] = True
         return out
-
-    @cached_property
-    def options(self) -> tuple[Option, ...]:
-        """Every degree fully evaluated (runs every lookahead; for logs and tests)."""
-        out = []
-        for d in self.engine.degrees:
-            jct = self.jct_s(d)
-            out.append(Option(d, self.enough_servers(d), jct is not None,
-                              float("nan") if jct is None else jct, self.meets_target(d)))
-        return tuple(out)
