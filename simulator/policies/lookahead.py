@@ -9,6 +9,10 @@ Bertsekas's rollout algorithm. Futures come from the run's own workload (``futur
 on independent streams) or are bootstrap-resampled from the jobs seen so far (``observed``; the
 default action until ``min_history`` jobs). For the base rule the rollout is exact with respect
 to the simulator (same feasibility, release times and end-of-horizon accounting).
+``futures=oracle`` is the foresight planner (issue 45, item 5): one future, the run's own next
+``window_jobs`` arrivals, an estimate of what knowing the future can buy. With a window covering
+the rest of the episode and the base rule as default, it blocks no more than the base rule
+(rollout's cost improvement: every step keeps or improves the exact cost-to-go).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,7 +35,8 @@ from workloads.jobs import JobSpec, Workload
 
 #: One future arrival: (gap to the previous arrival, graph, beta, training steps).
 FutureJob = tuple[float, TrainingGraph, float, int]
-Future = list[FutureJob]
+#: Sampled arrivals, or (``futures=oracle``) the run's own jobs at their own times.
+Future = list[FutureJob] | list[JobSpec]
 
 
 class RolloutCluster:
@@ -108,7 +114,8 @@ class RolloutLookahead:
         num_futures: Sampled futures per decision (shared by all actions).
         margin_jobs: Expected blocked jobs by which an action must beat the default one.
         min_history: Jobs to observe before planning (``futures=observed``).
-        futures: ``workload`` or ``observed`` (see module docstring).
+        futures: ``workload``, ``observed`` or ``oracle`` (see module docstring; ``oracle``
+            ignores ``num_futures`` and ``min_history``).
         seed: Seed of the future sampler (reset per episode with the episode seed).
     """
 
@@ -118,8 +125,8 @@ class RolloutLookahead:
     def __init__(self, default: Policy | None = None, rollout_min_degree: int | None = None,
                  window_jobs: int = 100, num_futures: int = 32, margin_jobs: float = 0.25,
                  min_history: int = 30, futures: str = "workload", seed: int = 0) -> None:
-        if futures not in ("workload", "observed"):
-            raise ValueError(f"policy.futures must be 'workload' or 'observed', got {futures!r}")
+        if futures not in ("workload", "observed", "oracle"):
+            raise ValueError(f"policy.futures must be 'workload', 'observed' or 'oracle', got {futures!r}")
         for name, value, low in (("window_jobs", window_jobs, 1), ("num_futures", num_futures, 1),
                                  ("min_history", min_history, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -141,6 +148,7 @@ class RolloutLookahead:
         self.seed = seed
         self._pool: list[FutureJob] = []
         self._pool_source: int | None = None
+        self._workload: Workload | None = None  # futures=oracle: the run's job stream
         self.stats = {"decisions": 0, "planned": 0, "changed": 0}
         #: Expected blocked jobs per candidate degree at the last planned decision (``{}`` when
         #: the last decision was not planned); read by distillation (``pacml.critic.distill``).
@@ -152,13 +160,16 @@ class RolloutLookahead:
         self._rng = np.random.default_rng([self.seed, 0 if seed is None else int(seed)])
         self._seen: list[FutureJob] = []  # (gap_s, graph, beta, steps)
         self._last_arrival_s: float | None = None
+        self._episode_seed, self._stream, self._ahead = seed, None, deque()
         if self.default is not None:
             self.default.reset(seed)
 
     def bind(self, workload: Workload) -> None:
         """Called by the simulation before an episode: the job distribution to sample futures
         from (``futures=workload``). The pool is drawn once per workload, on seeds no episode
-        uses, and shared by all episodes."""
+        uses, and shared by all episodes. ``futures=oracle`` keeps the workload to replay the
+        episode's own stream."""
+        self._workload = workload
         if self.futures != "workload" or self._pool_source == id(workload):
             return
         pool: list[FutureJob] = []
@@ -174,6 +185,27 @@ class RolloutLookahead:
         if len(self._seen) or gap > 0:  # the first job has no gap to learn from
             self._seen.append((gap, job.graph, job.beta, job.num_training_steps))
 
+    def oracle_future(self, job: JobSpec) -> list[JobSpec]:
+        """The ``window_jobs`` jobs that arrive after ``job`` in this episode: the workload's stream
+        for the episode's seed, as the simulation draws it (``futures=oracle``)."""
+        if self._stream is None:
+            if self._workload is None or self._episode_seed is None:
+                raise RuntimeError("futures=oracle needs bind(workload) and reset(seed) first (Simulation.run does both)")
+            self._stream = self._workload.jobs(self._episode_seed)
+        stream: Iterator[JobSpec] = self._stream
+        ahead: deque[JobSpec] = self._ahead
+        while True:
+            if not ahead:
+                ahead.append(next(stream))
+            if ahead[0].job_id >= job.job_id:
+                break
+            ahead.popleft()
+        if ahead[0].job_id != job.job_id or ahead[0].arrival_time_s != job.arrival_time_s:
+            raise RuntimeError(f"futures=oracle: job {job.job_id} is not the stream's (another seed or workload?)")
+        ahead.popleft()
+        ahead.extend(itertools.islice(stream, self.window_jobs - len(ahead)))
+        return list(ahead)
+
     def _blocked_in_future(self, engine: Feasibility, now_s: float, running: list[tuple[float, int]],
                            occupied: int, future: Future, horizon_s: float | None, paper: bool,
                            rollout_degree: Callable[[FeasibilityTable], int] | None = None) -> int:
@@ -183,12 +215,19 @@ class RolloutLookahead:
         blocked, t = 0, now_s
         k = self.rollout_min_degree
         reached_horizon = False
-        for gap, graph, beta, steps in future:
-            t += gap
-            if horizon_s is not None and t >= horizon_s:
-                reached_horizon = True
-                break
-            job = JobSpec(-1, t, graph, beta, steps)
+        for item in future:
+            if isinstance(item, JobSpec):  # futures=oracle: decided as the simulation decides it
+                job = item
+                if horizon_s is not None and (job.arrival_time_s >= horizon_s if paper else job.arrival_time_s > horizon_s):
+                    reached_horizon = True
+                    break
+            else:
+                gap, graph, beta, steps = item
+                t += gap
+                if horizon_s is not None and t >= horizon_s:
+                    reached_horizon = True
+                    break
+                job = JobSpec(-1, t, graph, beta, steps)
             if rollout_degree is None:
                 blocked += not cluster.start_min_feasible(job, k)
             else:
@@ -241,7 +280,9 @@ class RolloutLookahead:
         default = (self.default.decide(job, state) if self.default is not None
                    else Decision(min_feasible_degree(table, self.rollout_min_degree)))
         source = self._pool if self.futures == "workload" else self._seen
-        if self.futures == "workload" and not source:
+        if self.futures == "oracle":
+            source = [self.oracle_future(job)]  # advanced at every job, planned or not
+        elif self.futures == "workload" and not source:
             raise RuntimeError("futures=workload needs bind(workload) first (Simulation.run does it)")
         if default.placement is not None or (source is self._seen and len(source) < self.min_history):
             return default  # placements chosen by the default policy are kept as they are
@@ -249,7 +290,7 @@ class RolloutLookahead:
         if len(candidates) == 1:
             return default
         self.stats["planned"] += 1
-        scores = self.scores(state, candidates, self.sample_futures(source))
+        scores = self.scores(state, candidates, source if self.futures == "oracle" else self.sample_futures(source))
         self.last_scores = scores
         base = default.degree if default.degree in scores else 0
         best = min(candidates, key=lambda d: (scores[d], d))

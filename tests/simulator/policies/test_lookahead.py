@@ -44,10 +44,12 @@ class _Spy(MinFeasible):
         return decision
 
 
+@pytest.mark.parametrize("oracle", [False, True])
 @pytest.mark.parametrize("at_job", [10, 25, 40])
-def test_rollout_model_replays_the_simulator_exactly(paper_short, at_job: int) -> None:
+def test_rollout_model_replays_the_simulator_exactly(paper_short, at_job: int, oracle: bool) -> None:
     """Fed the real future, a rollout of the base rule blocks exactly the jobs the simulation
-    blocks after the decision (paper accounting: plus every job running at the horizon)."""
+    blocks after the decision (paper accounting: plus every job running at the horizon).
+    ``futures=oracle``'s future is exactly the jobs that arrive after the decision."""
     cfg, feas, workload = paper_short
     spy = _Spy(4, at_job)
     result = build_simulation(cfg, seed=3, feasibility=feas, workload=workload).run(spy)
@@ -55,6 +57,15 @@ def test_rollout_model_replays_the_simulator_exactly(paper_short, at_job: int) -
     jobs = list(itertools.islice(workload.jobs(3), 80))
     future = [(b.arrival_time_s - a.arrival_time_s, b.graph, b.beta, b.num_training_steps)
               for a, b in itertools.pairwise(jobs[at_job:])]
+    if oracle:
+        seer = RolloutLookahead(futures="oracle", window_jobs=79 - at_job)
+        seer.bind(workload)
+        seer.reset(3)
+        future = seer.oracle_future(job)
+        later = [(r.job_id, r.arrival_time_s, r.model, r.beta) for r in result.records if r.job_id > at_job]
+        seen = [(j.job_id, j.arrival_time_s, j.model, j.beta) for j in future]
+        assert len(later) < len(seen) and sorted(later) == seen[:len(later)]
+        assert all(j.arrival_time_s >= state.horizon_s for j in future[len(later):])
     table = state.feasibility
     running, occupied = list(state.running), state.occupied_mask
     if decision.degree:
@@ -140,7 +151,7 @@ def test_config_and_errors() -> None:
     agent = build_policy(compose_sim_config([*SHORT, "policy=pacml_lookahead"]))
     assert agent.rollout_min_degree == 4  # read from the shipped paper_betaD checkpoint
     for bad in ({"window_jobs": 0}, {"num_futures": 1.5}, {"margin_jobs": -1.0}, {"rollout_min_degree": 0},
-                {"futures": "oracle"}):
+                {"futures": "future"}):
         with pytest.raises(ValueError, match="policy\\."):
             RolloutLookahead(**bad)
 
@@ -151,3 +162,25 @@ def test_workload_futures_need_a_bound_workload(paper_short) -> None:
     job = sim.next_job()
     with pytest.raises(RuntimeError, match="bind"):
         RolloutLookahead(MinFeasible(4)).decide(job, sim.state())
+
+
+def _blocked(result) -> int:
+    return sum(r.outcome == "blocked" for r in result.records)
+
+
+@pytest.mark.parametrize("overrides", [SHORT, ["scenario=pipeline", "cluster=ramp32_hetero", "beta=D", "horizon_s=80"]])
+def test_foresight_blocks_no_more_than_its_base_rule(overrides: list[str]) -> None:
+    """``futures=oracle`` with a window over the whole episode and its base rule as default: each
+    step keeps or lowers the exact cost-to-go, so it never blocks more than the rule (rollout's
+    cost improvement); and it is deterministic per seed."""
+    cfg = compose_sim_config(overrides)
+    feas, workload = build_feasibility(build_topology(cfg), cfg.sim), build_workload(cfg)
+    k = 4 if "scenario=paper" in overrides else 1
+    for seed in (0, 1, 2):
+        def run(policy, seed=seed):
+            return build_simulation(cfg, seed=seed, feasibility=feas, workload=workload).run(policy)
+        seer = RolloutLookahead(None, rollout_min_degree=k, window_jobs=100, margin_jobs=0.0, futures="oracle")
+        first, again = run(seer), run(seer)
+        assert records_to_csv(first.records) == records_to_csv(again.records)
+        assert seer.stats["planned"] > 0
+        assert _blocked(first) <= _blocked(run(MinFeasible(k)))
