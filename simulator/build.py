@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from simulator.allocation.first_fit import FirstFitAllocator
 from simulator.allocation.op_placer import build_block_op_placer
-from simulator.allocation.pipeline import build_pipeline
+from simulator.allocation.pipeline import build_pipeline, sequential_steps
 from simulator.comm import RampCommModel
 from simulator.config import MAX_TIME_SCALE, import_target, instantiate_checked
 from simulator.errors import ConfigError
@@ -143,9 +143,12 @@ def build_workload(cfg: DictConfig | Mapping[str, Any]) -> Workload:
         graph_set = tuple(g if f == 1 else replace(g.scaled(float(f)), name=f"{g.name}x{float(f):g}")
                           for g, f in zip(graph_set, scales, strict=True))
     weights = wl.get("weights")
+    # scenario=pipeline: targets on the cluster's fastest single server (docs/pipeline.md, "Targets").
+    pipeline = (cfg.get("sim") or {}).get("pipeline")
     return Workload(graph_set, instantiate_checked(cfg["arrivals"], "arrivals"), instantiate_checked(cfg["beta"], "beta"),
                     num_training_steps=wl.get("num_training_steps", 50),
-                    weights=None if weights is None else list(weights))
+                    weights=None if weights is None else list(weights),
+                    sequential_step=None if pipeline is None else sequential_steps(build_topology(cfg), pipeline))
 
 
 def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = None,

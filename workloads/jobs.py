@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +23,8 @@ class JobSpec:
         graph: One training step (forward + backward ops).
         beta: JCT target as a fraction of the sequential JCT (accepted iff JCT <= beta x seq).
         num_training_steps: Steps the job runs (the paper uses 50).
+        sequential_step_s: One step alone on the job's reference server, if the scenario sets one
+            (``scenario=pipeline``: the cluster's fastest server); ``None``: the graph's step time.
     """
 
     job_id: int
@@ -30,6 +32,7 @@ class JobSpec:
     graph: TrainingGraph
     beta: float
     num_training_steps: int
+    sequential_step_s: float | None = None
 
     @property
     def model(self) -> str:
@@ -38,8 +41,10 @@ class JobSpec:
 
     @property
     def sequential_jct_s(self) -> float:
-        """JCT on one device with no communication: steps x sum of op times (spec §2.4)."""
-        return self.num_training_steps * self.graph.step_time_s
+        """JCT on one device with no communication: steps x sum of op times (spec §2.4), or x
+        :attr:`sequential_step_s` when set."""
+        step = self.graph.step_time_s if self.sequential_step_s is None else self.sequential_step_s
+        return self.num_training_steps * step
 
     @property
     def max_jct_s(self) -> float:
@@ -59,10 +64,12 @@ class Workload:
         beta: The JCT-target distribution.
         num_training_steps: Training steps per job.
         weights: Optional relative frequency of each graph (same order as ``graphs``).
+        sequential_step: Optional: each graph's :attr:`JobSpec.sequential_step_s` (the JCT targets' base).
     """
 
     def __init__(self, graphs: Sequence[OpGraph], arrivals: ArrivalProcess, beta: BetaDistribution,
-                 num_training_steps: int = 50, weights: Sequence[float] | None = None) -> None:
+                 num_training_steps: int = 50, weights: Sequence[float] | None = None,
+                 sequential_step: Callable[[TrainingGraph], float] | None = None) -> None:
         if not graphs:
             raise WorkloadError("no graphs loaded", field="workload.graphs")
         if int(num_training_steps) != num_training_steps or num_training_steps <= 0:
@@ -70,6 +77,8 @@ class Workload:
                                 field="workload.num_training_steps")
         self.training_graphs = tuple(TrainingGraph(g) for g in graphs)
         self.by_name = {g.name: g for g in self.training_graphs}
+        self.sequential_steps = None if sequential_step is None else {
+            g.name: sequential_step(g) for g in self.training_graphs}
         self.arrival_process = arrivals
         self.beta = beta
         self.num_training_steps = int(num_training_steps)
@@ -100,5 +109,7 @@ class Workload:
                 graph = self.training_graphs[idx]
             else:
                 graph = self.by_name[arrival.model]
+            seq = self.sequential_steps
             yield JobSpec(job_id=job_id, arrival_time_s=arrival.time_s, graph=graph,
-                          beta=self.beta.sample(beta_rng), num_training_steps=self.num_training_steps)
+                          beta=self.beta.sample(beta_rng), num_training_steps=self.num_training_steps,
+                          sequential_step_s=None if seq is None else seq[graph.name])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +42,7 @@ from simulator.place.pipeline_schedule import (
     pipeline_estimate,
     training_graph_bytes,
 )
+from simulator.place.placer import SingleDevicePlacer
 from simulator.step_model import CachedStepModel, StepResult
 from simulator.topology import Block, RampTopology, Shape
 from workloads.compute_graph import ComputeGraph
@@ -133,6 +134,25 @@ def pipeline_cut(graph: TrainingGraph, devices_servers: tuple[int, ...], topolog
     # Seconds to the simulator's clock (the graph's time unit: 1 s in the physical scenario).
     iteration = est.iteration_s / graph.forward.time_unit_s
     return PipelineCut(placement, est, iteration, est.feasible, est.reason)
+
+
+def sequential_step_s(graph: TrainingGraph, topology: RampTopology, settings: PipelineSettings) -> float:
+    """One step of ``graph`` alone on the cluster's fastest single server, on the simulator's clock
+    (the JCT target's base): the model's degree-1 iteration (:func:`pipeline_cut`) on one server of
+    each kind; the fastest kind whose memory holds the job at degree 1, or, if none does, the
+    fastest kind (docs/pipeline.md, "Targets")."""
+    kinds = topology.server_kind_index
+    single = SingleDevicePlacer()
+    cuts = [pipeline_cut(graph, (int(np.flatnonzero(kinds == k)[0]),), topology, settings, single)
+            for k in np.unique(kinds).tolist()]
+    return min([c.iteration_s for c in cuts if c.feasible] or [c.iteration_s for c in cuts])
+
+
+def sequential_steps(topology: RampTopology, node: Mapping[str, Any]) -> Callable[[TrainingGraph], float]:
+    """:func:`sequential_step_s` for the settings ``sim.pipeline`` (``node``): the workload's
+    ``sequential_step`` in ``scenario=pipeline``."""
+    settings = pipeline_config(node)
+    return lambda graph: sequential_step_s(graph, topology, settings)
 
 
 class PipelineJobs:

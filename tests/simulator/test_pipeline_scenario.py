@@ -4,9 +4,13 @@ stage placer (``sim.pipeline.stage_placer``) with the pipeline objective, timed 
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from simulator.allocation.op_placer import method_node
 from simulator.allocation.pipeline import (
@@ -14,6 +18,7 @@ from simulator.allocation.pipeline import (
     PipelineAllocator,
     job_compute_graph,
     pipeline_cut,
+    sequential_step_s,
 )
 from simulator.build import (
     SimKnobs,
@@ -99,6 +104,52 @@ def test_degree_one_equals_the_sequential_jct(pipeline_cfg, workload) -> None:
         assert jct == pytest.approx(job.sequential_jct_s, rel=1e-12)
         assert jct == pytest.approx(physical.table(job, 0).jct_s(1), rel=1e-12)
         assert feas.table(job, 0).feasible(1)  # beta = 1 accepts the sequential JCT
+
+
+@pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero", "ramp32_3gen"])
+def test_targets_are_on_the_fastest_single_server(cluster: str) -> None:
+    # JCT target = beta x the sequential JCT on the cluster's fastest server kind: degree 1 on a
+    # server of that kind (every other server busy) is exactly the sequential JCT.
+    cfg = compose_sim("scenario=pipeline", f"cluster={cluster}")
+    feas, workload = _feas(cfg), build_workload(cfg)
+    topo = feas.topology
+    fast = int(np.argmax(topo.server_speed))
+    others = ((1 << topo.num_servers) - 1) & ~(1 << fast)
+    jobs = list(itertools.islice(workload.jobs(0), 30))
+    assert {j.model for j in jobs} == set(workload.by_name)
+    for job in jobs:
+        assert job.sequential_step_s == workload.sequential_steps[job.model]
+        table = feas.table(replace(job, beta=1.0), others)
+        assert table.placement(1).servers == (fast,)
+        assert table.jct_s(1) == job.sequential_jct_s and table.feasible(1)
+        speed = float(topo.server_speed.max())  # 2 on ramp32_3gen, else the profiled GPU's 1
+        assert job.sequential_jct_s == pytest.approx(STEPS * job.graph.step_time_s / speed, rel=1e-12)
+        assert job.max_jct_s == job.beta * job.sequential_jct_s
+
+
+def test_the_fastest_server_is_one_that_holds_the_job() -> None:
+    # The fast kind without the memory: the target is on the fastest kind that holds the job at
+    # degree 1; if none does, on the fastest kind (the server a pipeline of it would beat).
+    cfg = compose_sim("scenario=pipeline", "cluster=ramp32_3gen")
+    graph = build_workload(compose_sim("scenario=pipeline")).by_name["vgg16"]
+    settings = PipelineSettings()
+    steps = {}
+    for new_gb, old_gb, mid_gb in ((80, 40, 80), (1, 40, 80), (1, 1, 1)):
+        node = OmegaConf.to_container(cfg.cluster, resolve=True)
+        for entry, gb in zip(node["server_kinds"], (new_gb, mid_gb, old_gb), strict=True):
+            entry["memory_capacity_bytes"] = gb * 1e9
+        steps[new_gb, old_gb, mid_gb] = sequential_step_s(graph, instantiate_checked(node, "cluster"), settings)
+    one = graph.step_time_s
+    assert steps[80, 40, 80] == pytest.approx(one / 2, rel=1e-12)
+    assert steps[1, 40, 80] == pytest.approx(one, rel=1e-12)  # speed 2 lacks the memory: speed 1
+    assert steps[1, 1, 1] == pytest.approx(one / 2, rel=1e-12)  # none holds it: the fastest
+
+
+def test_other_scenarios_keep_the_profiled_target() -> None:
+    workload = build_workload(compose_sim("scenario=physical", "cluster=ramp32_3gen"))
+    assert workload.sequential_steps is None
+    job = next(workload.jobs(0))
+    assert job.sequential_step_s is None and job.sequential_jct_s == job.num_training_steps * job.graph.step_time_s
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
