@@ -79,6 +79,29 @@ def load_run_config(run_dir: Path, prog: str) -> DictConfig:
     return saved
 
 
+def apply_resume_overrides(saved: DictConfig, cfg: DictConfig, overrides: Iterable[str] | None,
+                           allowed: tuple[str, ...]) -> list[str]:
+    """Apply a resumed run's command-line ``overrides`` (values from ``cfg``) to its ``saved``
+    config; returns the ``key=value`` changes.
+
+    Raises:
+        ConfigError: An override of a key outside ``allowed`` (a resumed run keeps its config).
+    """
+    changed = []
+    for item in overrides or []:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key == "resume" or key.startswith("hydra."):
+            continue
+        if key not in allowed:
+            raise ConfigError(f"a resumed run keeps its own config; only {', '.join(allowed)} "
+                              f"may change (start a new run to change {key})", field=key)
+        value = OmegaConf.select(cfg, key)
+        if OmegaConf.select(saved, key) != value:
+            OmegaConf.update(saved, key, value, merge=False)
+            changed.append(f"{key}={value}")
+    return changed
+
+
 def _first_sentence(exc: BaseException) -> str:
     """The first sentence of ``exc``'s message on one line (torch's miniz errors run to a paragraph)."""
     text = " ".join(str(exc).split())

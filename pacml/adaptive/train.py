@@ -35,7 +35,6 @@ from hydra.core.hydra_config import HydraConfig
 from numpy.typing import NDArray
 from omegaconf import OmegaConf
 
-import pacml.runfiles  # noqa: F401  (registers pacml_resume_output_subdir)
 from pacml.adaptive.conditions import sample_condition
 from pacml.adaptive.policy import start_rule_on
 from pacml.adaptive.selector import (
@@ -49,6 +48,7 @@ from pacml.adaptive.selector import (
     save_adaptive,
 )
 from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
+from pacml.runfiles import apply_resume_overrides  # also registers pacml_resume_output_subdir
 from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
 from simulator.cli import HydraCommand, override_keys, preflight, report_user_errors
 from simulator.config import MAX_SEED, dataclass_rules, validate_config
@@ -125,7 +125,7 @@ def load_condition(path: Path) -> dict[str, Any]:
     return out
 
 
-def labels(result: dict[str, Any], cfg: AdaptiveTrainConfig) -> np.ndarray:
+def labels(result: dict[str, Any]) -> np.ndarray:
     """Mean blocking per rule of one condition, as the fit sees it (over its training seeds)."""
     return result["blocking"].mean(axis=1)
 
@@ -185,7 +185,7 @@ def search(cfg: AdaptiveTrainConfig, out_dir: Path, deadline: float, progress: b
     return sorted(folder.glob("*.npz"))
 
 
-def _dataset(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> tuple[Any, Any, Any]:
+def _dataset(results: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
     """Padded tensors: condition samples ``(N, C)``, their rules ``(N, R, F)``, regrets ``(N, R)``
     (``inf`` pads missing rules)."""
     import torch  # lazy: torch
@@ -193,7 +193,7 @@ def _dataset(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> tuple[A
     width = max(len(r["rules"]) for r in results)
     conds, rules, regrets = [], [], []
     for r in results:
-        mean = labels(r, cfg)
+        mean = labels(r)
         regret = np.full(width, np.inf)
         regret[: len(mean)] = mean - mean.min()
         feats = np.zeros((width, r["rule_features"].shape[1]), dtype=np.float32)
@@ -218,8 +218,8 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.torch_threads)
-    xc, xr, reg = _dataset(train, cfg)
-    vc, vr, vreg = _dataset(val, cfg) if val else (xc, xr, reg)
+    xc, xr, reg = _dataset(train)
+    vc, vr, vreg = _dataset(val) if val else (xc, xr, reg)
     for column in drop:
         xc[:, column] = 0.0
         vc[:, column] = 0.0
@@ -293,30 +293,29 @@ def neighbour_table(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> 
     """The nearest-neighbour lookup over ``results`` (``cfg.neighbours`` voters), with the labels the
     fit uses."""
     assert cfg.neighbours is not None
-    return NeighbourTable.build([(r["conditions"], r["rule_features"], labels(r, cfg)) for r in results],
+    return NeighbourTable.build([(r["conditions"], r["rule_features"], labels(r)) for r in results],
                                 cfg.neighbours)
 
 
-def selector_regret(weights: SelectorWeights, results: list[dict[str, Any]], cfg: AdaptiveTrainConfig) -> float:
+def selector_regret(weights: SelectorWeights, results: list[dict[str, Any]]) -> float:
     """Mean regret of the selector's pick over the condition samples of ``results`` (numpy, as the
     policy decides; the fit's own measure for the MLP)."""
     out = []
     for r in results:
-        mean = labels(r, cfg)
+        mean = labels(r)
         regret = mean - mean.min()
         out.extend(regret[int(np.argmax(weights.scores(c, r["rule_features"])))] for c in r["conditions"])
     return float(np.mean(out)) if out else math.nan
 
 
-def baseline_regrets(results: list[dict[str, Any]], cfg: AdaptiveTrainConfig | None = None) -> dict[str, float]:
+def baseline_regrets(results: list[dict[str, Any]]) -> dict[str, float]:
     """Mean regret on ``results`` of fixed rules (every rule label present in all of them)."""
-    cfg = cfg or AdaptiveTrainConfig()
     out: dict[str, float] = {}
     common = set.intersection(*(set(r["rules"]) for r in results)) if results else set()
     for label in sorted(common):
         vals = []
         for r in results:
-            mean = labels(r, cfg)
+            mean = labels(r)
             vals.append(mean[r["rules"].index(label)] - mean.min())
         out[label] = float(np.mean(vals))
     return out
@@ -354,10 +353,10 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
     weights.reference = reference_conditions(tr, cfg.seed)
     if cfg.neighbours is not None:
         weights.neighbours = neighbour_table(tr, cfg)
-        stats = {**stats, "val_regret_mlp": stats["val_regret"], "val_regret": selector_regret(weights, val, cfg)}
+        stats = {**stats, "val_regret_mlp": stats["val_regret"], "val_regret": selector_regret(weights, val)}
         log.info("nearest-neighbour selector (k=%d): validation regret %.4f (the MLP's: %.4f)", cfg.neighbours,
                  stats["val_regret"], stats["val_regret_mlp"])
-    base = baseline_regrets(val, cfg)
+    base = baseline_regrets(val)
     best_fixed = min(base, key=base.get) if base else None
     meta = {"train_config": asdict(cfg), "conditions": len(results)}
     save_adaptive(out_dir / "adaptive.npz", weights, meta)
@@ -373,7 +372,6 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
     return summary
 
 
-# ---------------------------------------------------------------------------- the console command
 # ---------------------------------------------------------------------------- the teacher search
 def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
                    window: int = WINDOW, block_search: int = 0) -> dict[str, Any]:
@@ -495,9 +493,8 @@ RETIRED = {"tune_neighbours": False, "label_horizon_s": None, "jobs_per_server":
 #: Settings a resumed run may change (everything else comes from the run's own config).
 RESUME_OVERRIDABLE = ("adaptive.time_budget_s", "adaptive.workers", "progress")
 #: Settings that define a teacher search: a refit (``refit=RUN``) cannot change them.
-SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode",
-               "seed", "core_frac",
-               "scenario", "window", "block_search")
+SEARCH_KEYS = ("num_conditions", "seeds_per_condition", "jobs_per_episode", "seed", "core_frac", "scenario",
+               "window", "block_search")
 
 
 def adaptive_run_dir(resume: str | None, default: str) -> str:
@@ -507,11 +504,7 @@ def adaptive_run_dir(resume: str | None, default: str) -> str:
     return default
 
 
-def _register_resolvers() -> None:
-    OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
-
-
-_register_resolvers()
+OmegaConf.register_new_resolver("pacml_adaptive_run_dir", adaptive_run_dir, replace=True)
 
 
 def command() -> Any:
@@ -557,14 +550,7 @@ def train_from_config(cfg: Any, out_dir: Path, overrides: list[str] | None = Non
     if resumed:
         out_dir = Path(str(cfg.resume))
         saved = OmegaConf.load(out_dir / CONFIG_FILE)
-        for item in overrides or []:
-            key = item.split("=", 1)[0].lstrip("+~")
-            if key == "resume" or key.startswith("hydra."):
-                continue
-            if key not in RESUME_OVERRIDABLE:
-                raise ConfigError(f"a resumed run keeps its own config; only {', '.join(RESUME_OVERRIDABLE)} "
-                                  f"may change (start a new run to change {key})", field=key)
-            OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+        apply_resume_overrides(saved, cfg, overrides, RESUME_OVERRIDABLE)
         cfg = saved
     conditions_dir = None
     if cfg.get("refit"):

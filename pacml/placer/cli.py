@@ -30,6 +30,7 @@ from pacml.placer.settings import DECODERS, NetConfig, PPOSettings
 from pacml.runfiles import (  # also registers the resume resolvers of the config
     CHECKPOINT,
     PREVIOUS_CHECKPOINT,
+    apply_resume_overrides,
     load_run_config,
     process_age_s,
 )
@@ -169,16 +170,7 @@ def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | Non
     if resume:
         ckpt = resume_checkpoint(resume)
         saved = load_run_config(ckpt.parent, PROG)
-        for item in overrides or []:
-            key = item.split("=", 1)[0].lstrip("+~")
-            if key == "resume" or key.startswith("hydra."):
-                continue
-            if key not in RESUME_OVERRIDABLE:
-                raise ConfigError(f"a resumed run keeps its own config; only {', '.join(RESUME_OVERRIDABLE)} "
-                                  f"may change (start a new run to change {key})", field=key)
-            if OmegaConf.select(saved, key) != OmegaConf.select(cfg, key):
-                OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
-                changed.append(f"{key}={OmegaConf.select(cfg, key)}")
+        changed = apply_resume_overrides(saved, cfg, overrides, RESUME_OVERRIDABLE)
         out_dir = ckpt.parent
         cfg = saved
     import torch  # lazy: torch

@@ -154,8 +154,8 @@ def test_neighbour_selector_learns_which_rule_a_condition_needs(seed: int) -> No
     # Fifteen of the 16 features are noise and dilute the distance: over seeds 0-59 its regret was
     # 0.007 on average and 0.032 at worst.
     assert baseline_regrets(val_set)["b"] == pytest.approx(0.1)
-    assert selector_regret(weights, val_set, cfg) < 0.045
-    assert selector_regret(SelectorWeights(_mlp()), val_set, cfg) > 0.05  # a constant score: 0.06-0.16
+    assert selector_regret(weights, val_set) < 0.045
+    assert selector_regret(SelectorWeights(_mlp()), val_set) > 0.05  # a constant score: 0.06-0.16
 
 
 @pytest.mark.parametrize(("seed", "batch_rows"), [(0, 20000), (1, 20000), (2, 20000), (0, 60), (1, 60)])
