@@ -1,30 +1,8 @@
-"""One degree agent across conditions: a learned *rule selector* (issue: PAC-ML that adapts).
+"""The adaptive agent's rule selector: condition features, rules as actions, and the selector
+(an MLP, or a nearest-neighbour lookup of the teacher search's answers) that scores each rule
+for the observed condition; see docs/policies.md#the-adaptive-agent-policypacml.
 
-Why this design. The shipped per-beta agents learned to copy the ``min_feasible(k)`` rule they were
-warm-started from, and the best ``k`` changes with the load, the arrival process, the cluster's
-shape and the job mix (the best rule's blocking is often half the wrong rule's). So the first
-thing one agent across conditions has to learn is *which rule this condition calls for*, from
-what it can observe. This agent does exactly that:
-
-* **Condition features** (:class:`ConditionTracker`): the cluster's size and shape (log2), and,
-  from a window of the last :data:`WINDOW` arrivals the policy has seen, the offered load (arrival
-  rate x mean sequential JCT / servers), the burstiness of arrivals (coefficient of variation of
-  the gaps), the targets (mean, spread and low quantile of beta) and the job mix (mean and spread
-  of log sequential JCT / gap). None of them depends on the cluster's size except through the
-  explicit size features, and none on the policy's own past decisions.
-* **Rules as actions** (:func:`rule_candidates`): ``para_max`` (the paper's cap of 16 and, on a
-  bigger cluster, the cluster's own cap) and ``min_feasible(k)`` for every degree ``k`` the cluster
-  offers, each described by size-independent features (``log2 k``, ``k`` / servers, ``k`` /
-  max degree, kind).
-* **Selector** (:class:`Selector`): one MLP scores (condition, rule) pairs; the policy takes the
-  best-scoring rule for the current condition and the degree that rule gives the arriving job.
-  It is trained to minimise the *expected regret* ``sum_r p(r) (blocking(r) - blocking(best))``
-  measured by simulation on many randomised training conditions (:func:`pacml.adaptive.conditions.sample_condition`,
-  :func:`pacml.adaptive.train.teacher_search`), so near-ties cost nothing and a wrong pick is weighted by what it
-  costs.
-
-The network is tiny; decisions run it in numpy (no torch at decision time), so a decision costs
-the rule's own feasibility queries plus a few microseconds.
+Decisions run the selector in numpy (no torch at decision time).
 """
 
 from __future__ import annotations
@@ -189,20 +167,11 @@ class ConditionTracker:
             mix_mean / 2.0,
             mix_std,
             min(len(self._seq) / self.window, 1.0),
-            float(job_count_flag(len(self._seq))),
+            float(len(self._seq) < 8),  # the estimates are still poor
         ], dtype=np.float32)]).astype(np.float32)
 
 
-def job_count_flag(n: int) -> bool:
-    """Whether fewer than 8 arrivals were seen (the estimates are still poor)."""
-    return n < 8
-
-
 # ---------------------------------------------------------------------------- the selector (numpy)
-def _relu(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    return np.maximum(x, 0.0)
-
-
 @dataclass
 class NeighbourTable:
     """A nearest-neighbour selector: the teacher search's own answers, looked up (k-NN).
@@ -210,12 +179,8 @@ class NeighbourTable:
     For a condition, the ``k`` training condition samples nearest to it (each feature in units of
     its spread over the samples; features constant there are left out), among the training
     conditions on a cluster with the same rules, vote with their conditions' measured regret per
-    rule; the lowest mean regret wins. The MLP smooths its answers across the sharp boundaries
-    where the best rule jumps with the load and the targets; the lookup does not, and leaves half
-    the MLP's held-out regret on the same search. In simulation it still loses to the MLP: over
-    the first jobs its pick flips between near-tied rules, and mixing rules blocks more than either
-    alone, so training builds it only on request. Clusters whose rule set no
-    training condition had fall back to the MLP.
+    rule; the lowest mean regret wins. Clusters whose rule set no training condition had fall back
+    to the MLP.
 
     Attributes:
         rows: ``(N, CONDITION_FEATURES)`` condition samples of the training conditions.
@@ -227,8 +192,7 @@ class NeighbourTable:
         rule_counts: ``(G,)`` rules in each set.
         k: Neighbours that vote.
         weights: ``(CONDITION_FEATURES,)`` multiplier of each feature's distance (after the spread
-            scaling; 0 leaves a feature out). ``None``: all 1, as in tables saved before them.
-            Training tunes them on its held-out conditions (:func:`tune_neighbour_weights`).
+            scaling; 0 leaves a feature out). ``None``: all 1.
     """
 
     rows: NDArray[np.float32]
@@ -335,7 +299,7 @@ class SelectorWeights:
         for i, (w, b) in enumerate(self.layers):
             x = x @ w.T + b
             if i < len(self.layers) - 1:
-                x = _relu(x)
+                x = np.maximum(x, 0.0)
         return x[:, 0]
 
     def novelty(self, cond: NDArray[np.float32]) -> float:
