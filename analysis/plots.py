@@ -1,14 +1,7 @@
-"""Figures of a sweep: each function takes run or job tables and returns a matplotlib Figure.
+"""Figures of a sweep: each function takes run or job tables and returns a :class:`DataFigure`.
 
-Figures are built with the object-oriented API (``matplotlib.figure.Figure``, rendered by Agg on
-save), never through pyplot, so nothing opens a window or keeps global state.
-
-A figure never averages over anything but seeds: runs are told apart by every config value that
-differs between them (:func:`analysis.runs.group_columns`), and whatever is not on the x axis or
-the policy (one colour and marker each, :func:`policy_styles`) splits the panels or the bar
-groups; the title names the values held fixed. Each figure is a :class:`DataFigure` carrying the
-table of the values it plots (one row per point: the values that define its group, the mean,
-the interval, ``n``), which :func:`save_figure` writes beside the PNG and SVG as CSV.
+Built with the object-oriented API, never pyplot (no window, no global state). What a figure
+averages, splits and writes as CSV: docs/experiments.md ("Reports: pacml report").
 """
 
 from __future__ import annotations
@@ -246,11 +239,14 @@ def _n_text(n: Iterable[int]) -> str:
     return f"n={values[0]}" if len(values) == 1 else f"n={values[0]}-{values[-1]}"
 
 
-def _grid(count: int, width: float, height: float, ncols_max: int = 3) -> tuple[DataFigure, np.ndarray]:
+def _grid(count: int, width: float, height: float, ncols_max: int = 3,
+          pad: tuple[float, float] = (2.2, 1.0), sharex: bool = False) -> tuple[DataFigure, np.ndarray]:
+    """A figure of ``count`` panels of ``width`` x ``height`` inches plus ``pad`` (shared y)."""
     ncols = min(ncols_max, count)
     nrows = math.ceil(count / ncols)
-    fig = DataFigure(figsize=(width * ncols + 2.2, height * nrows + 1.0), layout="constrained")
-    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
+    size = (width * ncols + pad[0], height * nrows + pad[1])
+    fig = DataFigure(figsize=size, layout="constrained")
+    axes = fig.subplots(nrows, ncols, sharex=sharex, sharey=True, squeeze=False).ravel()
     for ax in axes[count:]:
         ax.set_visible(False)
     return fig, axes
@@ -258,14 +254,8 @@ def _grid(count: int, width: float, height: float, ncols_max: int = 3) -> tuple[
 
 def plot_blocking_vs_load(runs: pd.DataFrame, confidence: float = 0.95, by: Sequence[str] | None = None,
                           styles: Mapping[str, PolicyStyle] | None = None) -> DataFigure:
-    """Blocking rate against mean inter-arrival time, one line per policy, one panel per setting.
-
-    Runs are grouped by ``by`` (default :func:`analysis.runs.group_columns`: every config value
-    that differs between runs); each combination of those other than the policy and the load
-    is a panel, so seeds are the only thing averaged. The x axis is reversed (log scale) so that
-    load grows to the right. A point of at least :data:`~analysis.stats.MIN_SEEDS_FOR_INTERVAL`
-    seeds gets a Student-t band (clipped to [0, 1]); a point of fewer shows each seed's value,
-    and the legend gives ``n``.
+    """Blocking rate against mean inter-arrival time (log x axis, load growing to the right), one
+    line per policy, one panel per setting (see docs/experiments.md, "Reports").
 
     Args:
         runs: One row per run with ``policy``, ``mean_interarrival_s``, ``blocking_rate``.
@@ -318,14 +308,8 @@ def plot_policy_bars(runs: pd.DataFrame, confidence: float = 0.95,
                      reference: Mapping[str, Reference] | None = None,
                      reference_label: str = "paper", by: Sequence[str] | None = None,
                      styles: Mapping[str, PolicyStyle] | None = None) -> DataFigure:
-    """Blocking rate and demand throughput per setting, one bar per policy.
-
-    Settings are the combinations of ``by`` (default :func:`analysis.runs.group_columns`) other
-    than the policy: the β distribution, and any other config value that differs between runs
-    (a cluster, a load, an override), so bars average over seeds only. Error bars are Student-t
-    confidence intervals across seeds (clipped to [0, 1] for the blocking rate), only from
-    :data:`~analysis.stats.MIN_SEEDS_FOR_INTERVAL` seeds; with fewer, each seed's value is a
-    hollow marker, and the legend gives ``n``.
+    """Blocking rate and demand throughput per setting, one bar per policy (see
+    docs/experiments.md, "Reports").
 
     Args:
         runs: One row per run with ``policy``, ``beta``, ``blocking_rate``,
@@ -616,12 +600,7 @@ def _faceted(frame: pd.DataFrame, facets: Sequence[str]
     """A figure with one panel per combination of the ``facets`` that vary (two per row, shared
     axes), with its title, values and rows."""
     groups = _panels(frame, facets)
-    ncols = min(2, len(groups))
-    nrows = math.ceil(len(groups) / ncols)
-    fig = DataFigure(figsize=(5.5 * ncols + 1.8, 3.6 * nrows + 0.9), layout="constrained")
-    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
-    for ax in axes[len(groups):]:
-        ax.set_visible(False)
+    fig, axes = _grid(len(groups), 5.5, 3.6, ncols_max=2, pad=(1.8, 0.9), sharex=True)
     return fig, list(zip(axes, groups, strict=False))
 
 

@@ -116,13 +116,10 @@ def _one_line(exc: BaseException) -> str:
 def load_sweep(sweep_dir: str | Path) -> pd.DataFrame:
     """One row per finished run under ``sweep_dir``: config columns, then summary metrics.
 
-    Runs are found recursively. ``blocked_by_reason`` becomes ``num_blocked_<reason>`` columns.
-    Nested command-line overrides (e.g. ``policy.degree=4``) become extra config columns named
-    by their dotted key, and so does every other value of the runs' resolved configs
-    (``summary.json``'s ``resolved_config``, else ``.hydra/config.yaml``) that differs between
-    runs (e.g. ``cluster.num_servers_per_rack``), so runs that differ in anything but the seed
-    are never taken for seeds of one setting (:func:`group_columns`). A run with a missing or
-    corrupt ``summary.json`` is logged as a warning and skipped.
+    ``blocked_by_reason`` becomes ``num_blocked_<reason>`` columns; nested overrides and every
+    other resolved config value that differs between runs become dotted config columns (see
+    docs/experiments.md, "Reports"). A run with a missing or corrupt ``summary.json`` is logged
+    as a warning and skipped.
 
     Args:
         sweep_dir: A Hydra sweep directory, a single run directory, or any tree of them.
@@ -152,12 +149,8 @@ def load_sweep(sweep_dir: str | Path) -> pd.DataFrame:
 
 
 def drop_duplicate_seeds(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` with one run per setting (:func:`group_columns`) and seed: the first by ``run_dir``.
-
-    Seeds are the only thing figures and tables average over, so a second run of the same
-    setting and seed is the same random draw again, not a new sample: counting it would shrink
-    the intervals and raise ``n``. Each repeat is logged as one warning naming the run folders.
-    """
+    """``runs`` with one run per setting (:func:`group_columns`) and seed: the first by ``run_dir``
+    (a repeat is the same random draw, not a new sample); each repeat is logged as one warning."""
     if runs.empty or not all(c in runs.columns for c in SEED_COLUMNS):
         return runs
     keys = [*group_columns(runs), *SEED_COLUMNS]

@@ -281,28 +281,28 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
     for i, op in enumerate(ops):
         if not isinstance(op, dict):
             raise fail(f"ops[{i}] must be an object, got {show(op)}", field="ops", line=loc.element_line("ops", i))
+        def op_fail(message: str, key: str, i: int = i) -> WorkloadError:
+            return fail(message, field=key, line=loc.element_line("ops", i, "id"))
+
         op_id = op.get("id")
         if not isinstance(op_id, str) or not op_id or _CONTROL.search(op_id):
-            raise fail(f"ops[{i}]: op id must be a non-empty string without control characters, got "
-                       f"{show(op_id)}", field="id", line=loc.element_line("ops", i, "id"))
+            raise op_fail(f"ops[{i}]: op id must be a non-empty string without control "
+                          f"characters, got {show(op_id)}", "id")
         if op_id in index:
-            raise fail(f"duplicate op id {op_id!r} (also ops[{index[op_id]}])", field="id",
-                       line=loc.element_line("ops", i, "id"))
+            raise op_fail(f"duplicate op id {op_id!r} (also ops[{index[op_id]}])", "id")
         if not known_op_keys.issuperset(op):
             key = next(k for k in op if k not in known_op_keys)
-            raise fail(f"op {show(op_id)}: unknown key{_suggest(key, OP_KEYS)}", field=key,
-                       line=loc.element_line("ops", i, "id"))
+            raise op_fail(f"op {show(op_id)}: unknown key{_suggest(key, OP_KEYS)}", key)
         for j, key in enumerate(OP_NUMBER_FIELDS):
             if key not in op:
-                raise fail(f"op {show(op_id)}: missing field", field=key, line=loc.element_line("ops", i, "id"))
+                raise op_fail(f"op {show(op_id)}: missing field", key)
             value = _number(op[key], bounds[j])
             if isinstance(value, str):
-                raise fail(f"op {show(op_id)}: {value}", field=key, line=loc.element_line("ops", i, "id"))
+                raise op_fail(f"op {show(op_id)}: {value}", key)
             values[i, j] = value
         label = op.get("label", op_id)
         if not isinstance(label, str):
-            raise fail(f"op {show(op_id)}: label must be a string, got {show(label)}", field="label",
-                       line=loc.element_line("ops", i, "id"))
+            raise op_fail(f"op {show(op_id)}: label must be a string, got {show(label)}", "label")
         index[op_id] = i
         labels.append(label)
 
