@@ -215,6 +215,8 @@ class RolloutLookahead:
         blocked, t = 0, now_s
         k = self.rollout_min_degree
         reached_horizon = False
+        # The targets' base where the scenario sets one (scenario=pipeline: the fastest server).
+        seq = None if self._workload is None else self._workload.sequential_steps
         for item in future:
             if isinstance(item, JobSpec):  # futures=oracle: decided as the simulation decides it
                 job = item
@@ -227,7 +229,7 @@ class RolloutLookahead:
                 if horizon_s is not None and t >= horizon_s:
                     reached_horizon = True
                     break
-                job = JobSpec(-1, t, graph, beta, steps)
+                job = JobSpec(-1, t, graph, beta, steps, None if seq is None else seq[graph.name])
             if rollout_degree is None:
                 blocked += not cluster.start_min_feasible(job, k)
             else:

@@ -184,3 +184,23 @@ def test_foresight_blocks_no_more_than_its_base_rule(overrides: list[str]) -> No
         assert records_to_csv(first.records) == records_to_csv(again.records)
         assert seer.stats["planned"] > 0
         assert _blocked(first) <= _blocked(run(MinFeasible(k)))
+
+
+def test_sampled_futures_keep_the_scenarios_targets() -> None:
+    """A future of (gap, graph, beta, steps) tuples judges targets as the workload does (here on
+    the fastest server's step, scenario=pipeline): fed the real future, it blocks what the
+    oracle's own jobs do."""
+    cfg = compose_sim_config(["scenario=pipeline", "cluster=ramp32_3gen", "beta=D", "horizon_s=80"])
+    feas, workload = build_feasibility(build_topology(cfg), cfg.sim), build_workload(cfg)
+    spy = _Spy(1, 5)
+    build_simulation(cfg, seed=0, feasibility=feas, workload=workload).run(spy)
+    job, state, _ = spy.seen
+    seer = RolloutLookahead(futures="oracle", window_jobs=50)
+    seer.bind(workload)
+    seer.reset(0)
+    real = seer.oracle_future(job)
+    tuples = [(b.arrival_time_s - a.arrival_time_s, b.graph, b.beta, b.num_training_steps)
+              for a, b in itertools.pairwise([job, *real])]
+    blocked = [seer._blocked_in_future(feas, state.time_s, list(state.running), state.occupied_mask, f,
+                                       state.horizon_s, paper=False) for f in (real, tuples)]
+    assert blocked[0] == blocked[1] > 0
