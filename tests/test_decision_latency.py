@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from simulator.allocation.first_fit import (
     FirstFitAllocator,
     Placement,
-    _KeptBlocks,
     placement_signature,
 )
 from simulator.allocation.free_blocks import FreeBlockIndex
@@ -150,7 +149,7 @@ def test_kept_blocks_read_as_the_full_list() -> None:
     allowed = topo.all_servers_mask & ~sum(1 << s for s in range(topo.num_servers) if rng.random() < 0.3)
     for n in (1, 2, 4, 8):
         full = tuple(FreeBlockIndex(topo, allowed).blocks(n))
-        kept = _KeptBlocks(FreeBlockIndex(topo, allowed).blocks(n))
+        kept = FreeBlockIndex(topo, allowed).blocks(n)  # keeps the blocks it makes (a small cluster)
         assert bool(kept) == bool(full) and len(kept) == len(full)
         if full:
             assert kept[0] == full[0] and kept[-1] == full[-1]

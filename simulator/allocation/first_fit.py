@@ -15,15 +15,15 @@ every memory test uses the server's own memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.allocation.free_blocks import BlockList, FreeBlockIndex, Region
+from simulator.allocation.free_blocks import FreeBlockIndex, Region
 from simulator.partition import Partitioner
 from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph, topological_order
@@ -155,56 +155,6 @@ class _FreeMemory(dict):
         return self._capacity[server]
 
 
-class _KeptBlocks(Sequence[Block]):
-    """A :class:`~simulator.allocation.free_blocks.BlockList` whose blocks are kept once read, made only as far
-    as they are read (a first-fit scan usually stops at the first block, and making every free block of a small degree
-    on a big cluster would cost more than the decision)."""
-
-    __slots__ = ("_source", "_made", "_size")
-
-    def __init__(self, source: BlockList) -> None:
-        self._source = source
-        self._made: list[Block] = []
-        self._size = len(source)
-
-    def __len__(self) -> int:
-        return self._size
-
-    def __bool__(self) -> bool:
-        return self._size > 0
-
-    def _upto(self, stop: int) -> None:
-        made, source = self._made, self._source
-        for i in range(len(made), min(stop, self._size)):
-            made.append(source[i])
-
-    @overload
-    def __getitem__(self, index: int) -> Block: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> tuple[Block, ...]: ...
-
-    def __getitem__(self, index: int | slice) -> Block | tuple[Block, ...]:
-        if isinstance(index, slice):
-            picked = range(*index.indices(self._size))
-            if picked:
-                self._upto(max(picked[0], picked[-1]) + 1)
-            return tuple(self._made[i] for i in picked)
-        if index < 0:
-            index += self._size
-        if not 0 <= index < self._size:
-            raise IndexError("block index out of range")
-        self._upto(index + 1)
-        return self._made[index]
-
-    def __iter__(self) -> Iterator[Block]:
-        made = self._made
-        for i in range(self._size):
-            if i == len(made):
-                made.append(self._source[i])
-            yield made[i]
-
-
 def block_region(block: Block) -> Region:
     """The grid box ``(c0, c1, r0, r1, s0, s1)`` a block spans (every sub-block lies inside it)."""
     x, y, z = block.shape
@@ -289,7 +239,6 @@ class FirstFitAllocator:
         self._allowed_cache = _BoundedCache()  # (n, allowed, region) -> blocks
         self._occupancy_entries = self.MAX_CACHE_ENTRIES  # bound of the occupancy-keyed caches
         self._occupancy_window = [0, 0]  # lookups, hits in the current window
-        self._small = topology.num_servers <= topology.MATERIALISE_MAX_SERVERS
         self._relative = _BoundedCache()  # (graph, degree, shape, kinds) -> _Relative | None
         self._indexes: list[FreeBlockIndex | None] = [None, None]  # whole cluster, last region
         self._structure: dict[str, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = {}
@@ -427,18 +376,14 @@ class FirstFitAllocator:
 
     def _allowed_blocks(self, n: int, allowed: int, region: Region | None = None) -> Sequence[Block]:
         """Blocks of ``n`` servers that lie inside ``allowed`` (and ``region``), in first-fit order
-        (cached; on a small cluster the blocks read are kept, as the per-op scans iterate them often
-        from the start, but only as far as read: a scan usually stops at the first block). Inside a
-        region (a job's block) the region's own search keeps them: its blocks are of no use to
-        another job."""
+        (cached). Inside a region (a job's block) the region's own search keeps them: its blocks
+        are of no use to another job."""
         if region is not None:
             return self.free_index(allowed, region).blocks(n)
         key = (n, allowed, region)
         found = self._allowed_cache.get(key)
         if found is None:
             found = self.free_index(allowed, region).blocks(n)
-            if self._small:
-                found = _KeptBlocks(found)
             size = self._mask_bytes + 200 + 16 * len(found)  # shape rows and origins
             self._allowed_cache.put(key, found, size, self._occupancy_entries, self.MAX_CACHE_BYTES)
         return found

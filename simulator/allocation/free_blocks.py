@@ -165,9 +165,9 @@ class FreeBlockIndex:
         return any(a <= x and b <= y and c <= z for a, b, c in self._full_boxes)
 
     def _scan(self, shape: Shape, row: NDArray[np.int64], out_shape: NDArray[np.int64],
-              out_origin: NDArray[np.int64], count_only: bool = False) -> int:
+              out_origin: NDArray[np.int64]) -> int:
         """Free blocks of one shape (``row``: its row of the shape array) written into the outputs
-        until they are full, or counted; a shape found full is remembered, one known full skipped."""
+        until they are full; a shape found full is remembered, one known full skipped."""
         if self._known_full(shape):
             return 0
         if shape[2] == -1 and self._diagonal is None:
@@ -176,8 +176,7 @@ class FreeBlockIndex:
         prefix = self._diagonal if shape[2] == -1 else self._box
         c0, _, r0, _, s0, _ = self.region
         _, R, S = self.topology.shape
-        found = free_origins(self._box, prefix, self._free_cells, row, c0, r0, s0, R, S, out_shape, out_origin,
-                             count_only)
+        found = free_origins(self._box, prefix, self._free_cells, row, c0, r0, s0, R, S, out_shape, out_origin)
         if not found:
             self._mark_full(shape)
         return found
@@ -236,23 +235,11 @@ class FreeBlockIndex:
 
     def count(self, n: int) -> int:
         """How many free blocks of ``n`` servers there are (none is listed; cached)."""
-        found = self._blocks.get(n)
-        if found is not None:
-            return len(found)
-        counted = self._counts.get(n)
-        if counted is None:
-            counted = 0
-            if self.num_free >= n:
-                rows = self.topology.shape_array(n)
-                empty = np.empty(0, dtype=np.int64)
-                for q, shape in enumerate(self.topology.search_shapes(n)):
-                    counted += self._scan(shape, rows[q:q + 1], empty, empty, count_only=True)
-            self._counts[n] = counted
-        return counted
+        return self.counts([n])[0]
 
     def counts(self, sizes: Sequence[int]) -> list[int]:
         """:meth:`count` of every size in ``sizes``, the uncounted ones in one compiled pass over
-        their shapes (equal to calling :meth:`count` per size; cached alike)."""
+        their shapes (cached)."""
         todo = [n for n in dict.fromkeys(sizes) if n not in self._blocks and n not in self._counts]
         for n in todo:
             if self.num_free < n:  # too few free servers for any block
@@ -281,7 +268,7 @@ class FreeBlockIndex:
                     self._counts[n] += k
                     if not k:
                         self._mark_full((int(row[0]), int(row[1]), int(row[2])))
-        return [self.count(n) for n in sizes]
+        return [len(self._blocks[n]) if n in self._blocks else self._counts[n] for n in sizes]
 
     def first(self, n: int) -> Block | None:
         """The first free block of ``n`` servers in first-fit order, or ``None``."""
@@ -299,7 +286,8 @@ class FreeBlockIndex:
 
 class BlockList(Sequence[Block]):
     """A first-fit-ordered sequence of blocks, given by their shapes and origin servers; a block is
-    made (servers tuple, mask) only when read.
+    made (servers tuple, mask) only when read, and kept on a small cluster (per-op first-fit scans
+    read the same lists from the start again and again; a big cluster's 8 KB masks are not kept).
 
     Indexing, slicing (a tuple), ``len``, iteration and truth work as on a tuple of blocks.
     """
@@ -310,6 +298,7 @@ class BlockList(Sequence[Block]):
         self._shapes = shapes
         self._rows = rows
         self._origins = origins
+        self._made: list[Block] | None = [] if topology.num_servers <= topology.MATERIALISE_MAX_SERVERS else None
 
     def __len__(self) -> int:
         return self._origins.shape[0]
@@ -322,9 +311,12 @@ class BlockList(Sequence[Block]):
         return self._shapes[int(self._rows[index])], int(self._origins[index])
 
     def _block(self, index: int) -> Block:
-        # Not kept: on a big cluster a block's mask is 8 KB and a list may hold ~10^5 blocks
-        # (the topology keeps the blocks of a small cluster).
-        return self.topology.block_from_server(self._shapes[int(self._rows[index])], int(self._origins[index]))
+        made = self._made
+        if made is None:
+            return self.topology.block_from_server(*self.origin(index))
+        while len(made) <= index:
+            made.append(self.topology.block_from_server(*self.origin(len(made))))
+        return made[index]
 
     @overload
     def __getitem__(self, index: int) -> Block: ...
