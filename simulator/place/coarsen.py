@@ -26,7 +26,7 @@ from scipy.sparse.csgraph import connected_components
 
 from simulator.config import CONF_DIR, instantiate_checked
 from simulator.errors import ConfigError
-from simulator.place.heuristics import scaled_ints
+from simulator.place.heuristics import metis_adjacency, scaled_ints
 from simulator.place.local_search import climb_groups
 from simulator.place.objectives import BoundObjective, bind_objective
 from simulator.place.placer import PlacerResult, check_bool, check_int, quiet_stdout, timed
@@ -208,17 +208,10 @@ class Coarsening:
 def _metis(num_groups: int, gs, gd, gw, weight, max_groups: int, seed: int) -> NDArray[np.int64]:
     import pymetis  # noqa: PLC0415  # lazy: pymetis
 
-    a, b = np.minimum(gs, gd), np.maximum(gs, gd)
-    pair = a * num_groups + b
-    uniq, inv = np.unique(pair, return_inverse=True)
-    w = scaled_ints(np.bincount(inv, weights=gw, minlength=len(uniq)))
-    ia, ib = uniq // num_groups, uniq % num_groups
-    rows, cols, wts = np.concatenate([ia, ib]), np.concatenate([ib, ia]), np.concatenate([w, w])
-    order = np.lexsort((cols, rows))
-    xadj = np.concatenate([[0], np.cumsum(np.bincount(rows[order], minlength=num_groups))])
+    xadj, adjncy, wts = metis_adjacency(num_groups, gs, gd, gw)
     with quiet_stdout():  # METIS prints its complaints (too many parts for a small graph) on fd 1
-        res = pymetis.part_graph(max_groups, pymetis.CSRAdjacency(xadj.tolist(), cols[order].tolist()),
-                                 vweights=scaled_ints(weight, top=10_000).tolist(), eweights=wts[order].tolist(),
+        res = pymetis.part_graph(max_groups, pymetis.CSRAdjacency(xadj, adjncy),
+                                 vweights=scaled_ints(weight, top=10_000).tolist(), eweights=wts,
                                  recursive=False, options=pymetis.Options(seed=int(seed)))
     return np.asarray(res.vertex_part, dtype=np.int64)
 

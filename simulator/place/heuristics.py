@@ -146,8 +146,19 @@ def _finish(problem: HeuristicProblem, objective: BoundObjective, group_device: 
     return PlacerResult(placement, info=info)
 
 
+class _Heuristic:
+    """A deterministic heuristic (the seed is unused), priced by the objective it is given."""
+
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Run the heuristic; return its placement priced by ``objective``."""
+        return timed(objective, lambda: self._run(objective))
+
+    def _run(self, objective: BoundObjective) -> PlacerResult:
+        raise NotImplementedError
+
+
 # ---------------------------------------------------------------------- HEFT
-class HeftPlacer:
+class HeftPlacer(_Heuristic):
     """HEFT (Topcuoglu, Hariri and Wu, 2002): upward rank on mean costs, then each node in
     decreasing rank on the device giving its earliest finish time, with insertion into idle gaps.
 
@@ -162,10 +173,6 @@ class HeftPlacer:
 
     def __init__(self, insertion: bool = True) -> None:
         self.insertion = check_bool(insertion, "insertion")
-
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Schedule by HEFT; return its placement, priced by ``objective``."""
-        return timed(objective, lambda: self._run(objective))
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
         p = HeuristicProblem(objective)
@@ -223,6 +230,13 @@ class HeftPlacer:
 
 
 # ---------------------------------------------------------------------- Baechi
+class _BaechiPlacer(_Heuristic):
+    """A heuristic with Baechi's ``use_cpu`` switch."""
+
+    def __init__(self, use_cpu: bool = False) -> None:
+        self.use_cpu = check_bool(use_cpu, "use_cpu")
+
+
 def _baechi_devices(p: HeuristicProblem, use_cpu: bool) -> NDArray[np.bool_]:
     """Devices Baechi places on: the accelerators (its setting is a set of GPUs) unless
     ``use_cpu`` or there are none; a group only a CPU can run still goes to a CPU."""
@@ -231,7 +245,7 @@ def _baechi_devices(p: HeuristicProblem, use_cpu: bool) -> NDArray[np.bool_]:
     return ~p.is_cpu
 
 
-class MTopoPlacer:
+class MTopoPlacer(_BaechiPlacer):
     """Baechi's m-TOPO (Jeon et al., SoCC 2020): groups in topological order fill one device after
     another, each up to an equal share of the total memory (capped by the device's capacity).
 
@@ -244,13 +258,6 @@ class MTopoPlacer:
     """
 
     name = "m_topo"
-
-    def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = check_bool(use_cpu, "use_cpu")
-
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Fill devices in topological order; return the placement priced by ``objective``."""
-        return timed(objective, lambda: self._run(objective))
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
         p = HeuristicProblem(objective)
@@ -306,87 +313,81 @@ def _group_order(p: HeuristicProblem) -> list[int]:
     return list(seen)
 
 
-class _EtfScheduler:
+def _etf(p: HeuristicProblem, allowed: NDArray[np.bool_],
+         fav_parent: NDArray[np.int64] | None) -> tuple[NDArray[np.int64], float, int, int]:
     """Earliest-task-first list scheduling (Hwang et al. 1989) with Baechi's memory check: among
     every ready node and every device with room for its group, start the pair that can start
     first (ties: larger upward rank, then lower node and device index); devices run one node at a
-    time, no insertion. ``favourite`` (m-SCT) pins a node to its favourite parent's device."""
-
-    def __init__(self, p: HeuristicProblem, allowed: NDArray[np.bool_], favourite_parent: NDArray[np.int64] | None):
-        self.p, self.allowed, self.fav_parent = p, allowed, favourite_parent
-
-    def run(self) -> tuple[NDArray[np.int64], float, int, int]:
-        """Return (group device, own makespan, fallback groups, favourite children kept)."""
-        p = self.p
-        group_device = np.full(p.num_groups, -1, dtype=np.int64)
-        placement = np.zeros(p.n, dtype=np.int64)
-        finish = np.zeros(p.n)
-        used = np.zeros(p.d)
-        free = np.zeros(p.d)
-        fallback = kept = 0
-        floor = 0.0
-        for phase in p.phases:
-            if not phase:
-                continue
-            inside = np.zeros(p.n, dtype=bool)
-            inside[phase] = True
-            rank = p.upward_rank(phase)
-            pending = {v: sum(1 for u, _ in p.preds[v] if inside[u]) for v in phase}
-            ready: list[int] = [v for v in phase if pending[v] == 0]
-            arrivals: dict[int, NDArray[np.float64]] = {v: p.arrival_s(v, finish, placement, floor) for v in ready}
-            free[:] = floor
-            while ready:
-                arr = np.stack([arrivals[v] for v in ready])
-                start = np.maximum(arr, free[None, :])
-                mask = np.zeros_like(start, dtype=bool)
-                for i, v in enumerate(ready):
-                    grp = int(p.group[v])
-                    if group_device[grp] >= 0:
-                        mask[i, group_device[grp]] = True
-                        continue
-                    ok = p.fits(grp, used)
-                    pref = ok & self.allowed
-                    row = pref if pref.any() else ok
-                    if self.fav_parent is not None and self.fav_parent[v] >= 0:
-                        dp = placement[self.fav_parent[v]]
-                        if row[dp]:
-                            row = np.zeros(p.d, dtype=bool)
-                            row[dp] = True
-                    if not row.any():
-                        row = np.zeros(p.d, dtype=bool)
-                        row[p.fallback(grp, used)] = True
-                    mask[i] = row
-                start = np.where(mask, start, np.inf)
-                best = start.min()
-                rows, cols = np.nonzero(start <= best)
-                i, d = min(zip(rows.tolist(), cols.tolist(), strict=True), key=lambda rc: (-rank[ready[rc[0]]], ready[rc[0]],
-                                              p.group_time_s[p.group[ready[rc[0]]], rc[1]], rc[1]))
-                v = ready.pop(i)
-                del arrivals[v]
+    time, no insertion. ``fav_parent`` (m-SCT) pins a node to its favourite parent's device.
+    Returns (group device, own makespan, fallback groups, favourite children kept)."""
+    group_device = np.full(p.num_groups, -1, dtype=np.int64)
+    placement = np.zeros(p.n, dtype=np.int64)
+    finish = np.zeros(p.n)
+    used = np.zeros(p.d)
+    free = np.zeros(p.d)
+    fallback = kept = 0
+    floor = 0.0
+    for phase in p.phases:
+        if not phase:
+            continue
+        inside = np.zeros(p.n, dtype=bool)
+        inside[phase] = True
+        rank = p.upward_rank(phase)
+        pending = {v: sum(1 for u, _ in p.preds[v] if inside[u]) for v in phase}
+        ready: list[int] = [v for v in phase if pending[v] == 0]
+        arrivals: dict[int, NDArray[np.float64]] = {v: p.arrival_s(v, finish, placement, floor) for v in ready}
+        free[:] = floor
+        while ready:
+            arr = np.stack([arrivals[v] for v in ready])
+            start = np.maximum(arr, free[None, :])
+            mask = np.zeros_like(start, dtype=bool)
+            for i, v in enumerate(ready):
                 grp = int(p.group[v])
-                if group_device[grp] < 0:
-                    group_device[grp] = d
-                    used[d] += p.group_memory_bytes[grp]
-                    if not p.fits(grp, used - p.group_memory_bytes[grp])[d]:
-                        fallback += 1
-                    if self.fav_parent is not None and self.fav_parent[v] >= 0 and \
-                            placement[self.fav_parent[v]] == d:
-                        kept += 1
-                dur = p.time_s[v, d]
-                placement[v] = d
-                finish[v] = float(start[i, d]) + (dur if math.isfinite(dur) else 0.0)
-                free[d] = finish[v]
-                for w, _ in p.succs[v]:
-                    if inside[w]:
-                        pending[w] -= 1
-                        if pending[w] == 0:
-                            ready.append(w)
-                            arrivals[w] = p.arrival_s(w, finish, placement, floor)
-            floor = max(floor, float(finish[phase].max()))
-        return group_device, floor, fallback, kept
+                if group_device[grp] >= 0:
+                    mask[i, group_device[grp]] = True
+                    continue
+                ok = p.fits(grp, used)
+                pref = ok & allowed
+                row = pref if pref.any() else ok
+                if fav_parent is not None and fav_parent[v] >= 0:
+                    dp = placement[fav_parent[v]]
+                    if row[dp]:
+                        row = np.zeros(p.d, dtype=bool)
+                        row[dp] = True
+                if not row.any():
+                    row = np.zeros(p.d, dtype=bool)
+                    row[p.fallback(grp, used)] = True
+                mask[i] = row
+            start = np.where(mask, start, np.inf)
+            best = start.min()
+            rows, cols = np.nonzero(start <= best)
+            i, d = min(zip(rows.tolist(), cols.tolist(), strict=True), key=lambda rc: (-rank[ready[rc[0]]], ready[rc[0]],
+                                          p.group_time_s[p.group[ready[rc[0]]], rc[1]], rc[1]))
+            v = ready.pop(i)
+            del arrivals[v]
+            grp = int(p.group[v])
+            if group_device[grp] < 0:
+                group_device[grp] = d
+                used[d] += p.group_memory_bytes[grp]
+                if not p.fits(grp, used - p.group_memory_bytes[grp])[d]:
+                    fallback += 1
+                if fav_parent is not None and fav_parent[v] >= 0 and placement[fav_parent[v]] == d:
+                    kept += 1
+            dur = p.time_s[v, d]
+            placement[v] = d
+            finish[v] = float(start[i, d]) + (dur if math.isfinite(dur) else 0.0)
+            free[d] = finish[v]
+            for w, _ in p.succs[v]:
+                if inside[w]:
+                    pending[w] -= 1
+                    if pending[w] == 0:
+                        ready.append(w)
+                        arrivals[w] = p.arrival_s(w, finish, placement, floor)
+        floor = max(floor, float(finish[phase].max()))
+    return group_device, floor, fallback, kept
 
 
-class METFPlacer:
+class METFPlacer(_BaechiPlacer):
     """Baechi's m-ETF: earliest-task-first list scheduling with a memory check per device.
 
     Args:
@@ -395,17 +396,17 @@ class METFPlacer:
     """
 
     name = "m_etf"
+    #: Keep a node with its favourite parent (m-SCT).
+    favourites = False
 
-    def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = check_bool(use_cpu, "use_cpu")
-
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Schedule by m-ETF; return its placement priced by ``objective``."""
-        def run() -> PlacerResult:
-            p = HeuristicProblem(objective)
-            gd, own, fallback, _ = _EtfScheduler(p, _baechi_devices(p, self.use_cpu), None).run()
-            return _finish(p, objective, gd, {"memory_fallback_groups": fallback}, own)
-        return timed(objective, run)
+    def _run(self, objective: BoundObjective) -> PlacerResult:
+        p = HeuristicProblem(objective)
+        fav = favourite_parents(p) if self.favourites else None
+        gd, own, fallback, kept = _etf(p, _baechi_devices(p, self.use_cpu), fav)
+        info = {"memory_fallback_groups": fallback}
+        if fav is not None:
+            info |= {"favourite_children": int((fav >= 0).sum()), "favourites_kept_on_parent": kept}
+        return _finish(p, objective, gd, info, own)
 
 
 def favourite_parents(p: HeuristicProblem) -> NDArray[np.int64]:
@@ -425,7 +426,7 @@ def favourite_parents(p: HeuristicProblem) -> NDArray[np.int64]:
     return parent
 
 
-class MSCTPlacer:
+class MSCTPlacer(METFPlacer):
     """Baechi's m-SCT: ETF plus SCT's favourite children (Hanen and Munier's small-communication-
     time algorithm): a node whose favourite parent is placed goes to the parent's device when that
     device has room for its group, so the heaviest transfers stay on one device.
@@ -435,20 +436,7 @@ class MSCTPlacer:
     """
 
     name = "m_sct"
-
-    def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = check_bool(use_cpu, "use_cpu")
-
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Schedule by m-SCT; return its placement priced by ``objective``."""
-        def run() -> PlacerResult:
-            p = HeuristicProblem(objective)
-            fav = favourite_parents(p)
-            gd, own, fallback, kept = _EtfScheduler(p, _baechi_devices(p, self.use_cpu), fav).run()
-            info = {"memory_fallback_groups": fallback, "favourite_children": int((fav >= 0).sum()),
-                    "favourites_kept_on_parent": kept}
-            return _finish(p, objective, gd, info, own)
-        return timed(objective, run)
+    favourites = True
 
 
 # ---------------------------------------------------------------------- METIS
@@ -468,6 +456,19 @@ def scaled_ints(values: NDArray[np.float64], top: int = 1_000_000) -> NDArray[np
     if peak <= 0:
         return np.ones(len(values), dtype=np.int64)
     return np.maximum(1, np.rint(values / peak * top)).astype(np.int64)
+
+
+def metis_adjacency(num_groups: int, gu: NDArray[np.int64], gv: NDArray[np.int64],
+                    weight: NDArray[np.float64]) -> tuple[list[int], list[int], list[int]]:
+    """METIS's undirected CSR ``(xadj, adjncy, eweights)`` of the edges ``gu -> gv`` between
+    groups, parallel edges merged with their weights summed, then :func:`scaled_ints`."""
+    uniq, inv = np.unique(np.minimum(gu, gv) * num_groups + np.maximum(gu, gv), return_inverse=True)
+    w = scaled_ints(np.bincount(inv, weights=weight, minlength=len(uniq)))
+    ia, ib = uniq // max(num_groups, 1), uniq % max(num_groups, 1)
+    rows, cols, wts = np.concatenate([ia, ib]), np.concatenate([ib, ia]), np.concatenate([w, w])
+    order = np.lexsort((cols, rows))
+    xadj = np.concatenate([[0], np.cumsum(np.bincount(rows[order], minlength=num_groups))])
+    return xadj.tolist(), cols[order].tolist(), wts[order].tolist()
 
 
 class MetisPlacer:
@@ -515,18 +516,7 @@ class MetisPlacer:
         else:  # one unit for every edge: its fixed cost, or its bytes over the mean link
             w = p.mean_edge_time_s[cross]
             w = w / w.max() if len(w) and w.max() > 0 else np.ones(len(w))
-        a, b = np.minimum(gu[cross], gv[cross]), np.maximum(gu[cross], gv[cross])
-        pair = a * p.num_groups + b
-        uniq, inverse = np.unique(pair, return_inverse=True)
-        pair_w = np.bincount(inverse, weights=w, minlength=len(uniq)) if len(uniq) else np.zeros(0)
-        ia, ib = uniq // max(p.num_groups, 1), uniq % max(p.num_groups, 1)
-        ew = scaled_ints(pair_w) if len(pair_w) else np.zeros(0, np.int64)
-        rows = np.concatenate([ia, ib])
-        cols = np.concatenate([ib, ia])
-        wts = np.concatenate([ew, ew])
-        order = np.lexsort((cols, rows))
-        rows, cols, wts = rows[order], cols[order], wts[order]
-        xadj = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=p.num_groups))]).astype(np.int64)
+        xadj, adjncy, wts = metis_adjacency(p.num_groups, gu[cross], gv[cross], w)
         per_device = self.parts is None
         if k == 1:
             part = np.zeros(p.num_groups, dtype=np.int64)
@@ -535,8 +525,8 @@ class MetisPlacer:
             tpwgts = None
             if per_device and self.balance == "speed":
                 tpwgts = (speed / speed.sum()).tolist()
-            res = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj.tolist(), cols.tolist()),
-                                     vweights=vweight.tolist(), eweights=wts.tolist(), tpwgts=tpwgts,
+            res = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy),
+                                     vweights=vweight.tolist(), eweights=wts, tpwgts=tpwgts,
                                      options=pymetis.Options(seed=int(seed)))
             part = np.asarray(res.vertex_part, dtype=np.int64)
             cut = int(res.edge_cuts)
@@ -553,6 +543,17 @@ class MetisPlacer:
         return _finish(p, objective, group_device, info, None)
 
 
+def _fastest_fit(p: HeuristicProblem, grp: int, used: NDArray[np.float64],
+                 speed: NDArray[np.float64]) -> tuple[int, bool]:
+    """The fastest device able to run and hold ``grp`` (else :meth:`HeuristicProblem.fallback`),
+    and whether it is the fallback."""
+    fits = p.fits(grp, used)
+    if not fits.any():
+        return p.fallback(grp, used), True
+    cands = np.flatnonzero(fits)
+    return int(cands[np.argmax(speed[cands])]), False
+
+
 def _repair(p: HeuristicProblem, group_device: NDArray[np.int64], speed: NDArray[np.float64]) -> tuple[NDArray[np.int64], int, int]:
     """Move groups a device cannot run or hold to the fastest capable device with room.
 
@@ -562,22 +563,17 @@ def _repair(p: HeuristicProblem, group_device: NDArray[np.int64], speed: NDArray
     repaired = fallback = 0
     for grp in np.argsort(-p.group_memory_bytes, kind="stable").tolist():
         d = int(out[grp])
-        fits = p.fits(grp, used)
-        if not fits[d]:
+        if not p.fits(grp, used)[d]:
             repaired += 1
-            if fits.any():
-                cands = np.flatnonzero(fits)
-                d = int(cands[np.argmax(speed[cands])])
-            else:
-                d = p.fallback(grp, used)
-                fallback += 1
+            d, fell_back = _fastest_fit(p, grp, used, speed)
+            fallback += fell_back
         out[grp] = d
         used[d] += p.group_memory_bytes[grp]
     return out, repaired, fallback
 
 
 # ---------------------------------------------------------------------- PipeDream
-class PipeDreamPlacer:
+class PipeDreamPlacer(_BaechiPlacer):
     """PipeDream's partitioner (Narayanan et al., SOSP 2019), without replication.
 
     The groups are linearised into a chain (the order of their first forward node in a topological
@@ -595,13 +591,6 @@ class PipeDreamPlacer:
     """
 
     name = "pipedream"
-
-    def __init__(self, use_cpu: bool = False) -> None:
-        self.use_cpu = check_bool(use_cpu, "use_cpu")
-
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Split the chain by PipeDream's DP; return the placement priced by ``objective``."""
-        return timed(objective, lambda: self._run(objective))
 
     @staticmethod
     def _chain(p: HeuristicProblem, is_backward: NDArray[np.bool_], topo: Sequence[int]) -> list[int]:
@@ -650,12 +639,8 @@ class PipeDreamPlacer:
         used = np.zeros(p.d)
         fallback = 0
         for grp in np.flatnonzero(~on_acc).tolist():  # CPU-only groups
-            fits = p.fits(grp, used)
-            if fits.any():
-                cands = np.flatnonzero(fits)
-                d = int(cands[np.argmax(speed[cands])])
-            else:
-                d, fallback = p.fallback(grp, used), fallback + 1
+            d, fell_back = _fastest_fit(p, grp, used, speed)
+            fallback += fell_back
             group_device[grp] = d
             used[d] += p.group_memory_bytes[grp]
         chain = [q for q in full_chain if on_acc[q]]
