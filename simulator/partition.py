@@ -67,19 +67,6 @@ def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
     return out
 
 
-def _sub_op_arrays(graph: TrainingGraph, splits: NDArray[np.int64]) -> tuple[NDArray, ...]:
-    """``(s, offset, sub_origin, sub_time_s, sub_memory_bytes)`` of a split graph.
-
-    ``s`` is the split count of every training op (the backward mirror as its forward op). Shared
-    by :class:`PartitionedGraph` and :class:`AggregatePartition` so both hold the same sub-ops.
-    """
-    s = np.concatenate([splits, splits]).astype(np.int64)
-    offset = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
-    sub_origin = np.repeat(np.arange(2 * graph.num_forward_ops), s)
-    return (s, offset, sub_origin, graph.compute_time_s[sub_origin] / s[sub_origin],
-            graph.memory_bytes[sub_origin] / s[sub_origin])
-
-
 def _edge_sizes(graph: TrainingGraph, edge_sizing: EdgeSizing, u: NDArray, v: NDArray, su: NDArray,
                 sv: NDArray) -> NDArray[np.float64]:
     """Size of each sub-op dependency of training edge ``u -> v`` (see :data:`EdgeSizing`)."""
@@ -127,14 +114,11 @@ def _pairs(n: int) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int
 
 
 @dataclass(frozen=True, eq=False)
-class PartitionedGraph:
-    """A training graph split at one degree: sub-ops and dependencies as flat arrays.
+class _SplitGraph:
+    """The sub-ops of a training graph split at one degree, shared by both partition forms.
 
-    Sub-ops of training op ``j`` are ``offset[j] .. offset[j+1]-1``. Each dependency belongs to
-    at most one communication *group* (spec §6.1): the out-edges of a split forward op, the
-    in-edges of a split backward op, or one pair of weight-sync messages. A group runs as a
-    collective when its placement is symmetric (always, for sync pairs); otherwise its
-    dependencies are point-to-point transfers. ``group = -1`` marks a point-to-point dependency.
+    Sub-ops of training op ``j`` are ``offset[j] .. offset[j+1]-1``; ``sub_origin`` is the
+    training op of each sub-op.
 
     Attributes:
         graph: The training graph.
@@ -151,6 +135,41 @@ class PartitionedGraph:
     sub_origin: NDArray[np.int64] = field(init=False, repr=False)
     sub_time_s: NDArray[np.float64] = field(init=False, repr=False)
     sub_memory_bytes: NDArray[np.float64] = field(init=False, repr=False)
+
+    def _sub_ops(self) -> NDArray[np.int64]:
+        """Set the sub-op arrays; returns the split count of every training op (the backward
+        mirror as its forward op)."""
+        g = self.graph
+        s = np.concatenate([self.splits, self.splits]).astype(np.int64)
+        sub_origin = np.repeat(np.arange(2 * g.num_forward_ops), s)
+        self._freeze({"offset": np.concatenate([[0], np.cumsum(s)]).astype(np.int64), "sub_origin": sub_origin,
+                      "sub_time_s": g.compute_time_s[sub_origin] / s[sub_origin],
+                      "sub_memory_bytes": g.memory_bytes[sub_origin] / s[sub_origin]})
+        return s
+
+    def _freeze(self, values: dict[str, NDArray]) -> None:
+        """Set read-only contiguous array fields."""
+        for name, value in values.items():
+            value = np.ascontiguousarray(value)
+            value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+    @property
+    def num_sub_ops(self) -> int:
+        """Number of sub-ops."""
+        return int(self.sub_origin.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionedGraph(_SplitGraph):
+    """A training graph split at one degree: sub-ops and dependencies as flat arrays.
+
+    Each dependency belongs to at most one communication *group* (spec §6.1): the out-edges of a
+    split forward op, the in-edges of a split backward op, or one pair of weight-sync messages. A
+    group runs as a collective when its placement is symmetric (always, for sync pairs); otherwise
+    its dependencies are point-to-point transfers. ``group = -1`` marks a point-to-point dependency.
+    """
+
     dep_src: NDArray[np.int64] = field(init=False, repr=False)
     dep_dst: NDArray[np.int64] = field(init=False, repr=False)
     dep_bytes: NDArray[np.float64] = field(init=False, repr=False)
@@ -161,12 +180,8 @@ class PartitionedGraph:
     def __post_init__(self) -> None:
         g = self.graph
         n = g.num_forward_ops
-        s, offset, sub_origin, sub_time_s, sub_memory_bytes = _sub_op_arrays(g, self.splits)
-        set_ = object.__setattr__
-        set_(self, "offset", offset)
-        set_(self, "sub_origin", sub_origin)
-        set_(self, "sub_time_s", sub_time_s)
-        set_(self, "sub_memory_bytes", sub_memory_bytes)
+        s = self._sub_ops()
+        offset = self.offset
 
         # --- all-to-all edges between the sub-ops of each training edge (u -> v)
         u, v = g.edges[:, 0], g.edges[:, 1]
@@ -176,7 +191,7 @@ class PartitionedGraph:
         k = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
         src = offset[u[e_rep]] + k // sv[e_rep]
         dst = offset[v[e_rep]] + k % sv[e_rep]
-        size = self._edge_sizes(u, v, su, sv)[e_rep]
+        size = _edge_sizes(g, self.edge_sizing, u, v, su, sv)[e_rep]
         group = _edge_groups(n, u, v, s)[e_rep]
 
         # --- weight-sync pairs among the sub-ops of each split backward op
@@ -209,24 +224,9 @@ class PartitionedGraph:
         uniq, inv = np.unique(group[grouped], return_inverse=True)
         compact = np.full(len(group), -1, dtype=np.int64)
         compact[grouped] = inv
-        set_(self, "dep_src", src.astype(np.int64))
-        set_(self, "dep_dst", dst.astype(np.int64))
-        set_(self, "dep_bytes", size.astype(np.float64))
-        set_(self, "dep_is_sync", is_sync)
-        set_(self, "dep_group", compact)
-        set_(self, "group_is_sync", uniq >= 2 * n)
-        for name in ("offset", "sub_origin", "sub_time_s", "sub_memory_bytes", "dep_src", "dep_dst",
-                     "dep_bytes", "dep_is_sync", "dep_group", "group_is_sync"):
-            getattr(self, name).setflags(write=False)
-
-    def _edge_sizes(self, u: NDArray, v: NDArray, su: NDArray, sv: NDArray) -> NDArray[np.float64]:
-        """Size of each sub-op edge of training edge ``u -> v`` (see :data:`EdgeSizing`)."""
-        return _edge_sizes(self.graph, self.edge_sizing, u, v, su, sv)
-
-    @property
-    def num_sub_ops(self) -> int:
-        """Number of sub-ops."""
-        return int(self.sub_origin.shape[0])
+        self._freeze({"dep_src": src.astype(np.int64), "dep_dst": dst.astype(np.int64),
+                      "dep_bytes": size.astype(np.float64), "dep_is_sync": is_sync, "dep_group": compact,
+                      "group_is_sync": uniq >= 2 * n})
 
     @property
     def num_deps(self) -> int:
@@ -266,7 +266,7 @@ class PartitionedGraph:
 
 
 @dataclass(frozen=True, eq=False)
-class AggregatePartition:
+class AggregatePartition(_SplitGraph):
     """A training graph split at one degree, with dependencies kept at op level.
 
     The same sub-ops as :class:`PartitionedGraph` (``offset``, ``sub_origin``, ``sub_time_s``,
@@ -278,11 +278,6 @@ class AggregatePartition:
     same results (:func:`simulator.place.kernel.aggregate_schedule_nb`).
 
     Attributes:
-        graph: The training graph.
-        degree: The partition degree.
-        splits: Split count of each forward op.
-        edge_sizing: How dependency sizes were set (see :data:`EdgeSizing`).
-        offset, sub_origin, sub_time_s, sub_memory_bytes: The sub-ops, as in :class:`PartitionedGraph`.
         op_splits: Split count of every training op (forward then backward).
         edge_u, edge_v: Source and destination training op of each edge (the graph's edge order).
         edge_count: Dependencies each edge stands for (``n_u x n_v``).
@@ -299,14 +294,6 @@ class AggregatePartition:
             directions); 0 for ops without weight sync (forward or unsplit).
     """
 
-    graph: TrainingGraph
-    degree: int
-    splits: NDArray[np.int64]
-    edge_sizing: EdgeSizing = "paper"
-    offset: NDArray[np.int64] = field(init=False, repr=False)
-    sub_origin: NDArray[np.int64] = field(init=False, repr=False)
-    sub_time_s: NDArray[np.float64] = field(init=False, repr=False)
-    sub_memory_bytes: NDArray[np.float64] = field(init=False, repr=False)
     op_splits: NDArray[np.int64] = field(init=False, repr=False)
     edge_u: NDArray[np.int64] = field(init=False, repr=False)
     edge_v: NDArray[np.int64] = field(init=False, repr=False)
@@ -328,7 +315,7 @@ class AggregatePartition:
 
         g = self.graph
         n = g.num_forward_ops
-        s, offset, sub_origin, sub_time_s, sub_memory_bytes = _sub_op_arrays(g, self.splits)
+        s = self._sub_ops()
         u = np.ascontiguousarray(g.edges[:, 0], dtype=np.int64)
         v = np.ascontiguousarray(g.edges[:, 1], dtype=np.int64)
         su, sv = s[u], s[v]
@@ -351,25 +338,15 @@ class AggregatePartition:
                 per = _sync_bytes(g, self.edge_sizing, j, int(s[j]))
                 # The pair's two messages summed from 0 as the dependency-level model does.
                 sync[j] = (0.0 + per) + per
-        values = {
-            "offset": offset, "sub_origin": sub_origin, "sub_time_s": sub_time_s,
-            "sub_memory_bytes": sub_memory_bytes, "op_splits": s, "edge_u": u, "edge_v": v,
+        self._freeze({
+            "op_splits": s, "edge_u": u, "edge_v": v,
             "edge_count": count, "edge_size_bytes": size, "edge_group": full_group,
             "group_key": group_key.astype(np.int64), "group_ptr": group_ptr.astype(np.int64),
             "group_edges": group_edges.astype(np.int64),
             "group_bytes": repeated_sums(group_edges.astype(np.int64), group_ptr.astype(np.int64), count, size),
             "out_ptr": out_ptr.astype(np.int64), "out_edges": out_edges.astype(np.int64),
             "in_degree": np.bincount(v, minlength=2 * n).astype(np.int64), "sync_pair_bytes": sync,
-        }
-        for name, value in values.items():
-            value = np.ascontiguousarray(value)
-            value.setflags(write=False)
-            object.__setattr__(self, name, value)
-
-    @property
-    def num_sub_ops(self) -> int:
-        """Number of sub-ops."""
-        return int(self.sub_origin.shape[0])
+        })
 
     @property
     def num_edges(self) -> int:
