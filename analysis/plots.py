@@ -150,9 +150,14 @@ def throughput_label(unit: str = "s") -> str:
     return f"Demand throughput ({per_time(unit)})"
 
 
+def format_value(value: Any) -> str:
+    """A config value as text (a float in ``%g`` form)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def describe_value(column: str, value: Any) -> str:
     """``column=value`` for titles and legends (``β A`` for the beta distribution)."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+    text = format_value(value)
     return f"β {text}" if column == "beta" else f"{column}={text}"
 
 
@@ -167,7 +172,7 @@ def selected_line(selected: Mapping[str, Any], swept: Mapping[str, Sequence[Any]
     shows of a key its sweep varies, so its title does not call that key held fixed."""
     parts = []
     for key, value in selected.items():
-        others = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in swept.get(key, ()))
+        others = ", ".join(format_value(v) for v in swept.get(key, ()))
         parts.append(describe_value(key, value) + (f" (one of {others} swept)" if others else ""))
     return ("shown at " + ", ".join(parts)) if parts else ""
 

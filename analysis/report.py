@@ -33,6 +33,7 @@ from analysis.paper_reference import (
 from analysis.plots import (
     DataFigure,
     describe_value,
+    format_value,
     ordered_policies,
     per_time,
     plot_blocking_vs_load,
@@ -340,7 +341,8 @@ def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[st
     varying = [c for c in groups if runs[c].nunique(dropna=False) > 1]
     if varying:
         lines.append("- Differing between runs (each value its own row, curve or panel; never averaged): "
-                     + ", ".join(f"{c} ({', '.join(_value(v) for v in _sorted_values(runs[c]))})" for c in varying))
+                     + ", ".join(f"{c} ({', '.join(map(format_value, _sorted_values(runs[c])))})"
+                                 for c in varying))
     lines.append(f"- Time unit: {unit} (mean inter-arrival time, horizon, JCT; throughput in {per_time(unit)})")
     lines += [f"- Seeds: {', '.join(str(int(s)) for s in seeds)} (the only thing averaged)", "",
               "## Summary", "",
@@ -372,10 +374,6 @@ def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[st
     return "\n".join(lines)
 
 
-def _value(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def _sorted_values(column: pd.Series) -> list[object]:
     return sorted(column.drop_duplicates().tolist(), key=lambda v: (pd.isna(v), str(type(v)), v if not pd.isna(v) else 0))
 
@@ -396,7 +394,7 @@ def _summary_table(summary: pd.DataFrame, groups: list[str], runs: pd.DataFrame)
     rows = []
     for policy, *rest in keys:
         key = (policy, *rest)
-        cells = [policy_label(policy), *(_value(v) for v in rest),
+        cells = [policy_label(policy), *(format_value(v) for v in rest),
                  str(int(wide.loc[(*key, "blocking_rate"), "n"]))]
         if mixed:
             dirs = rows_with(runs, dict(zip(groups, key, strict=True)))["run_dir"]
@@ -414,7 +412,7 @@ def _comparison_table(comparison: pd.DataFrame) -> str:
     header = ["β", "Policy", *extra, "n", "Blocking (ours)", "Blocking (paper)",
               "Throughput 1e7 B per profile time unit (ours)", "Throughput 1e7 B per profile time unit (paper)"]
     unit = THROUGHPUT_UNIT_BPS
-    rows = [[r["beta"], policy_label(r["policy"]), *(_value(r[c]) for c in extra), str(r["n"]),
+    rows = [[r["beta"], policy_label(r["policy"]), *(format_value(r[c]) for c in extra), str(r["n"]),
              _interval_text(r["blocking_mean"], r["blocking_ci_low"], r["blocking_ci_high"], "{:.3f}"),
              _num(r["paper_blocking"], "{:.4f}"),
              _interval_text(r["throughput_Bps_mean"] / unit, r["throughput_Bps_ci_low"] / unit,

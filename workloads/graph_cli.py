@@ -43,7 +43,6 @@ from workloads.loaders import (
     op_graph_from_compute_graph,
     op_graph_of,
     resolve_graph_paths,
-    shipped_placement_graphs,
 )
 from workloads.pipedream import PIPEDREAM_TIME_UNIT_S
 
@@ -52,9 +51,6 @@ PROG = "pacml graph"
 
 def _resolve(spec: str) -> list[Path]:
     """Files of a specification: files, directories, shipped PipeDream or placement graph names."""
-    shipped = shipped_placement_graphs()
-    if spec in shipped and not Path(spec).exists():
-        return [shipped[spec]]
     try:
         return resolve_graph_paths(spec)
     except WorkloadError as exc:

@@ -17,6 +17,7 @@ import difflib
 import json
 import math
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -202,13 +203,6 @@ def parse_json_document(text: str, *, path: str | Path = "<string>") -> Any:
                             line=loc.line_of(m.start()) if m else None) from None
 
 
-def _failer(path: str | Path):
-    """``fail(message, field=, line=)``: a :class:`WorkloadError` about ``path``."""
-    def fail(message: str, *, field: str | None = None, line: int | None = None) -> WorkloadError:
-        return WorkloadError(message, path=path, line=line, field=field)
-    return fail
-
-
 def _notes_and_time_unit(doc: dict, loc: Any, fail: Any) -> float:
     """Check the optional ``source`` and ``notes`` (strings) and return ``time_unit_s`` (default 1:
     files written before the field existed are in seconds, as the format always said)."""
@@ -250,7 +244,7 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
         WorkloadError: naming the file, line, op and field of the first problem found.
     """
     loc = Locator(text)
-    fail = _failer(path)
+    fail = partial(WorkloadError, path=path)  # fail(message, field=, line=)
     doc = _object_document(text, path, document)
     if json_document_version(doc) == COMPUTE_FORMAT_VERSION:
         raise fail("version 2 is a computation graph: read it with workloads.loaders.load_graph or "
@@ -428,7 +422,7 @@ def parse_compute_graph(text: str, *, path: str | Path = "<string>", document: A
     """
     loc = Locator(text)
     path = str(path)
-    fail = _failer(path)
+    fail = partial(WorkloadError, path=path)
     doc = _object_document(text, path, document)
     for key in doc:
         if key not in COMPUTE_TOP_LEVEL_KEYS:
