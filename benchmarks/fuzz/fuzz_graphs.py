@@ -73,11 +73,6 @@ def json_seed_text(model: str) -> str:
     return graph_to_json(load_pipedream(PIPEDREAM_DIR / model / "graph.txt"))
 
 
-def json_seed(model: str) -> dict:
-    """A shipped graph as a pacml JSON document (a fresh copy)."""
-    return json.loads(json_seed_text(model))
-
-
 # ------------------------------------------------------------------ byte-level mutations (both formats)
 def _byte_flips(rng: random.Random, data: bytes) -> Mutant:
     buf = bytearray(data)
@@ -213,12 +208,35 @@ def _deep(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
+NAN, INF = float("nan"), float("inf")
+_JSON_NUMBERS = ("forward_time_s", "backward_time_s", "activation_bytes", "parameter_bytes")
+#: Mutations that set one key to a wrong value: kind -> (where, key, value); a tuple of keys or
+#: values means one of them, chosen at random.
+JSON_SETS = {
+    "absurd_float": ("op", _JSON_NUMBERS, (1e308, 1.7e308, 1e200, 5e16)),
+    "nan_inf": ("op", _JSON_NUMBERS, (NAN, INF, -INF)),
+    "version_true": ("doc", "version", (True, 1.0, 2, 0, "1")),
+    "unknown_top_key": ("doc", ("loss", "Name", "edge", "time_unit"), "x"),
+    "unknown_op_key": ("op", ("forward_time", "flops", "Id"), 1),
+    "bad_time_unit": ("doc", "time_unit_s", (0, -1, 0.0, "s", True, 1e9, None, [1])),
+    "bad_format": ("doc", "format", ("pacml", "PACML-GRAPH", "pipedream")),
+    "empty_name": ("doc", "name", ("", "   ", "a\nb")),
+}
+
+
+def set_wrong(rng: random.Random, rule: tuple, targets: dict[str, dict]) -> None:
+    """Apply one ``*_SETS`` rule: ``targets[where][key] = value``, the value chosen before the key
+    (the order of ``target[rng.choice(keys)] = rng.choice(values)``)."""
+    where, keys, values = rule
+    value = rng.choice(values) if isinstance(values, tuple) else values
+    targets[where][rng.choice(keys) if isinstance(keys, tuple) else keys] = value
+
+
 def json_mutation(rng: random.Random, doc: dict) -> Mutant:
     """One JSON-specific mutation of ``doc`` (a graph document)."""
     doc = json.loads(json.dumps(doc))  # private copy
     ops, edges = doc["ops"], doc["edges"]
     i = rng.randrange(len(ops))
-    number_fields = ("forward_time_s", "backward_time_s", "activation_bytes", "parameter_bytes")
     raw: str | None = None  # set when the mutation needs text json.dumps cannot write
     kind = rng.choice([
         "type_swap_op", "type_swap_top", "type_swap_edge_end", "type_swap_loss", "huge_int",
@@ -227,8 +245,10 @@ def json_mutation(rng: random.Random, doc: dict) -> Mutant:
         "duplicate_edge", "self_loop", "cycle", "unknown_edge_end", "bad_edge_shape", "bad_time_unit",
         "empty_ops", "not_an_object", "bad_format", "empty_name",
         "drop_edge", "relabel", "compact", "time_unit_ms", "dict_edges", "no_loss_op"])
-    if kind == "type_swap_op":
-        op_field = rng.choice((*number_fields, "id", "label"))
+    if kind in JSON_SETS:
+        set_wrong(rng, JSON_SETS[kind], {"doc": doc, "op": ops[i]})
+    elif kind == "type_swap_op":
+        op_field = rng.choice((*_JSON_NUMBERS, "id", "label"))
         # A string is a fine label, and a non-empty one a fine id: only swap in what is wrong there.
         wrong = [v for v in _WRONG_TYPES if not (
             (op_field == "label" and isinstance(v, str)) or (op_field == "id" and isinstance(v, str) and v))]
@@ -242,28 +262,18 @@ def json_mutation(rng: random.Random, doc: dict) -> Mutant:
     elif kind == "type_swap_loss":
         doc["loss_op"] = rng.choice([[ops[i]["id"]], {"id": ops[i]["id"]}, 3, True, "no_such_op"])
     elif kind == "huge_int":
-        ops[i][rng.choice(number_fields)] = rng.choice([10**400, 10**20, -(10**400)])
+        ops[i][rng.choice(_JSON_NUMBERS)] = rng.choice([10**400, 10**20, -(10**400)])
         if rng.random() < 0.3:  # longer than Python's int-string limit
             raw = json.dumps(doc).replace('"ops": [', f'"ops": [{{"id": "big", "forward_time_s": {"9" * 5000}}}, ', 1)
-    elif kind == "absurd_float":
-        ops[i][rng.choice(number_fields)] = rng.choice([1e308, 1.7e308, 1e200, 5e16])
-    elif kind == "nan_inf":
-        ops[i][rng.choice(number_fields)] = rng.choice([float("nan"), float("inf"), float("-inf")])
     elif kind == "negative":
-        ops[i][rng.choice(number_fields)] = -rng.uniform(1e-9, 10)
+        ops[i][rng.choice(_JSON_NUMBERS)] = -rng.uniform(1e-9, 10)
     elif kind == "deep_nesting":
         depth = rng.choice([150, 1000, 5000, 100000])
         raw = json.dumps(doc).replace('"name": ', f'"notes": {_deep(depth)}, "name": ', 1)
-    elif kind == "version_true":
-        doc["version"] = rng.choice([True, 1.0, 2, 0, "1"])
     elif kind == "missing_top":
         del doc[rng.choice(["format", "version", "name", "ops", "edges"])]
     elif kind == "missing_op_field":
-        del ops[i][rng.choice((*number_fields, "id"))]
-    elif kind == "unknown_top_key":
-        doc[rng.choice(["loss", "Name", "edge", "time_unit"])] = "x"
-    elif kind == "unknown_op_key":
-        ops[i][rng.choice(["forward_time", "flops", "Id"])] = 1
+        del ops[i][rng.choice((*_JSON_NUMBERS, "id"))]
     elif kind == "duplicate_key":
         raw = json.dumps(doc).replace('{"format": ', '{"name": "other", "format": ', 1)
     elif kind == "duplicate_id" and len(ops) > 1:
@@ -280,16 +290,10 @@ def json_mutation(rng: random.Random, doc: dict) -> Mutant:
     elif kind == "bad_edge_shape":
         edges.append(rng.choice([[ops[i]["id"]], [ops[i]["id"], ops[i]["id"], ops[i]["id"]], "a->b",
                                  {"src": ops[i]["id"]}, {"from": "a", "to": "b"}]))
-    elif kind == "bad_time_unit":
-        doc["time_unit_s"] = rng.choice([0, -1, 0.0, "s", True, 1e9, None, [1]])
     elif kind == "empty_ops":
         doc["ops"] = []
     elif kind == "not_an_object":
         raw = json.dumps(rng.choice([[doc], "graph", 3, None]))
-    elif kind == "bad_format":
-        doc["format"] = rng.choice(["pacml", "PACML-GRAPH", "pipedream"])
-    elif kind == "empty_name":
-        doc["name"] = rng.choice(["", "   ", "a\nb"])
     elif kind == "drop_edge" and edges:
         edges.pop(rng.randrange(len(edges)))
         doc.pop("loss_op", None)  # dropping the loss op's in-edge must not strand it
@@ -324,6 +328,15 @@ def dnn_seed_text(graph: str) -> str:
 
 _DNN_NODE_NUMBERS = ("cpuLatency", "fpgaLatency", "size")
 _DNN_TOP = ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges")
+DNN_SETS = {  # as JSON_SETS
+    "bad_number": ("node", _DNN_NODE_NUMBERS, (-1, -0.5, 1e200, 1.7e308, -1e-9)),
+    "bad_device_count": ("doc", ("maxFPGAs", "maxCPUs"), (-1, 5000, 1.5, 10**30)),
+    "bad_memory": ("doc", "maxSizePerFPGA", (0, -1, 0.0, 1e30)),
+    "unknown_top_key": ("doc", ("maxFPGA", "format_", "Nodes", "maxGPUs"), 1),
+    "unknown_node_key": ("node", ("latency", "ID", "colourClass", "isBackward"), 1),
+    "bad_flag": ("node", ("supportedOnFpga", "isBackwardNode"), (2, -1, "yes", 0.5, 1.0)),
+    "bad_name": ("node", "name", ("", "a\nb", 7, None, ["x"])),
+}
 
 
 def dnn_mutation(rng: random.Random, doc: dict) -> Mutant:
@@ -341,7 +354,9 @@ def dnn_mutation(rng: random.Random, doc: dict) -> Mutant:
         "bad_name", "deep_nesting", "not_an_object",
         "drop_edge", "compact", "indented", "shuffle_nodes", "bool_flags", "drop_optional", "rename",
         "unsupported_node", "extra_node", "duplicate_names"])
-    if kind == "type_swap_node":
+    if kind in DNN_SETS:
+        set_wrong(rng, DNN_SETS[kind], {"doc": doc, "node": node})
+    elif kind == "type_swap_node":
         key = rng.choice(("id", *_DNN_NODE_NUMBERS, "supportedOnFpga", "isBackwardNode", "colorClass", "layerId"))
         # null is a fine colour class (none), and true/false fine flags: only swap in what is wrong there.
         wrong = [v for v in _WRONG_TYPES if not ((v is None and key == "colorClass") or (
@@ -354,8 +369,6 @@ def dnn_mutation(rng: random.Random, doc: dict) -> Mutant:
     elif kind == "type_swap_edge" and edges:
         edges[rng.randrange(len(edges))][rng.choice(["sourceId", "destId", "cost", "size"])] = \
             rng.choice([["x"], {"id": 1}, "1", None, True])
-    elif kind == "bad_number":
-        node[rng.choice(_DNN_NODE_NUMBERS)] = rng.choice([-1, -0.5, 1e200, 1.7e308, -1e-9])
     elif kind == "huge_int":
         node[rng.choice(_DNN_NODE_NUMBERS)] = rng.choice([10**400, -(10**400)])
         if rng.random() < 0.3:
@@ -369,20 +382,12 @@ def dnn_mutation(rng: random.Random, doc: dict) -> Mutant:
             edges[rng.randrange(len(edges))]["cost"] = value
         else:
             doc["maxSizePerFPGA"] = value
-    elif kind == "bad_device_count":
-        doc[rng.choice(["maxFPGAs", "maxCPUs"])] = rng.choice([-1, 5000, 1.5, 10**30])
-    elif kind == "bad_memory":
-        doc["maxSizePerFPGA"] = rng.choice([0, -1, 0.0, 1e30])
     elif kind == "missing_top":
         del doc[rng.choice(["maxSizePerFPGA", "maxFPGAs", "nodes", "edges"])]
     elif kind == "missing_node_field":
         del node[rng.choice(("id", *_DNN_NODE_NUMBERS))]
     elif kind == "missing_edge_field" and edges:
         del edges[rng.randrange(len(edges))][rng.choice(["sourceId", "destId", "cost"])]
-    elif kind == "unknown_top_key":
-        doc[rng.choice(["maxFPGA", "format_", "Nodes", "maxGPUs"])] = 1
-    elif kind == "unknown_node_key":
-        node[rng.choice(["latency", "ID", "colourClass", "isBackward"])] = 1
     elif kind == "unknown_edge_key" and edges:
         edges[rng.randrange(len(edges))][rng.choice(["src", "weight", "Cost"])] = 1
     elif kind == "duplicate_key":
@@ -400,10 +405,6 @@ def dnn_mutation(rng: random.Random, doc: dict) -> Mutant:
         edges.append({"sourceId": node["id"], "destId": 10**9 + 7, "cost": 0.0})
     elif kind == "empty_nodes":
         doc["nodes"] = []
-    elif kind == "bad_flag":
-        node[rng.choice(["supportedOnFpga", "isBackwardNode"])] = rng.choice([2, -1, "yes", 0.5, 1.0])
-    elif kind == "bad_name":
-        node["name"] = rng.choice(["", "a\nb", 7, None, ["x"]])
     elif kind == "deep_nesting":
         raw = json.dumps(doc).replace('"edges": ', f'"junk": {_deep(rng.choice([150, 5000, 100000]))}, "edges": ', 1)
     elif kind == "not_an_object":
@@ -457,6 +458,22 @@ def v2_seed_text(graph: str) -> str:
     return compute_graph_to_json(load_compute_graph(graph))
 
 
+V2_SETS = {  # as JSON_SETS
+    "bad_memory": ("node", "memory_bytes", (-1, None, "8", 1e30, NAN)),
+    "bad_backward": ("node", "backward", (0, 1, "true", None)),
+    "unknown_node_key": ("node", ("label", "times", "Group", "colorClass"), 1),
+    "unknown_top_key": ("doc", ("ops", "device", "kind", "loss_op"), "x"),
+    "bad_devices": ("doc", "devices", (
+        {"max_accelerators": 0, "accelerator_memory_bytes": 1.0, "max_cpus": 1},
+        {"max_accelerators": 2, "accelerator_memory_bytes": 0, "max_cpus": 1},
+        {"max_accelerators": 2, "accelerator_memory_bytes": 1.0}, [2], "six",
+        {"max_accelerators": True, "accelerator_memory_bytes": 1.0, "max_cpus": 1})),
+    "bad_version": ("doc", "version", (True, 2.0, 3, "2", None)),
+    "bad_colour": ("node", "colour_class", ("3", 1.5, [3], True)),
+    "bad_name": ("doc", "name", ("", " ", "a\nb", None, 3)),
+}
+
+
 def v2_mutation(rng: random.Random, doc: dict) -> Mutant:
     """One mutation of ``doc`` (a version-2 pacml JSON document)."""
     doc = json.loads(json.dumps(doc))
@@ -471,39 +488,27 @@ def v2_mutation(rng: random.Random, doc: dict) -> Mutant:
         "edge_unknown_end", "self_loop", "duplicate_edge", "cycle", "bad_edge_number", "bad_version",
         "partial_node_id", "bad_colour", "bad_name", "duplicate_key",
         "drop_edge", "compact", "drop_optional", "null_time", "milliseconds", "rename"])
-    if kind == "bad_time":
+    if kind in V2_SETS:
+        set_wrong(rng, V2_SETS[kind], {"doc": doc, "node": node})
+    elif kind == "bad_time":
         node["time"][rng.choice(kinds)] = rng.choice([-1, "1", [1], True, float("nan"), float("inf"), 1e300])
     elif kind == "time_kinds":
         if rng.random() < 0.5:
             node["time"].pop(rng.choice(kinds))
         else:
             node["time"]["tpu"] = 1.0
-    elif kind == "bad_memory":
-        node["memory_bytes"] = rng.choice([-1, None, "8", 1e30, float("nan")])
-    elif kind == "bad_backward":
-        node["backward"] = rng.choice([0, 1, "true", None])
     elif kind == "bad_group":
         node["group"] = rng.choice([-1, len(nodes), 1.0, True, None, "0"])
     elif kind == "duplicate_id" and len(nodes) > 1:
         nodes[(i + 1) % len(nodes)]["id"] = node["id"]
-    elif kind == "unknown_node_key":
-        node[rng.choice(["label", "times", "Group", "colorClass"])] = 1
     elif kind == "missing_node_key":
         del node[rng.choice(["id", "time", "memory_bytes", "backward", "group"])]
-    elif kind == "unknown_top_key":
-        doc[rng.choice(["ops", "device", "kind", "loss_op"])] = "x"
     elif kind == "missing_top":
         del doc[rng.choice(["format", "version", "name", "kinds", "reference_kind", "nodes", "edges"])]
     elif kind == "bad_kinds":
         doc["kinds"] = rng.choice([[], "gpu", [*kinds, kinds[0]], ["GPU"] + kinds[1:], None])
     elif kind == "bad_reference":
         doc["reference_kind"] = rng.choice(["tpu", None, 1, kinds])
-    elif kind == "bad_devices":
-        doc["devices"] = rng.choice([
-            {"max_accelerators": 0, "accelerator_memory_bytes": 1.0, "max_cpus": 1},
-            {"max_accelerators": 2, "accelerator_memory_bytes": 0, "max_cpus": 1},
-            {"max_accelerators": 2, "accelerator_memory_bytes": 1.0}, [2], "six",
-            {"max_accelerators": True, "accelerator_memory_bytes": 1.0, "max_cpus": 1}])
     elif kind == "edge_unknown_end":
         edges.append({"src": node["id"], "dst": "no such node"})
     elif kind == "self_loop":
@@ -515,14 +520,8 @@ def v2_mutation(rng: random.Random, doc: dict) -> Mutant:
         edges.append({"src": e["dst"], "dst": e["src"]})
     elif kind == "bad_edge_number" and edges:
         edges[rng.randrange(len(edges))][rng.choice(["bytes", "cost"])] = rng.choice([-1, "1", [1], True, 1e300])
-    elif kind == "bad_version":
-        doc["version"] = rng.choice([True, 2.0, 3, "2", None])
     elif kind == "partial_node_id" and "node_id" in node:
         del node["node_id"]
-    elif kind == "bad_colour":
-        node["colour_class"] = rng.choice(["3", 1.5, [3], True])
-    elif kind == "bad_name":
-        doc["name"] = rng.choice(["", " ", "a\nb", None, 3])
     elif kind == "duplicate_key":
         raw = json.dumps(doc).replace('{"format": ', '{"kinds": [], "format": ', 1)
     elif kind in ("drop_edge", "compact", "drop_optional", "null_time", "milliseconds", "rename"):
@@ -558,26 +557,14 @@ def v2_mutation(rng: random.Random, doc: dict) -> Mutant:
 
 # ------------------------------------------------------------------ drivers
 def make_mutant(fmt: str, rng: random.Random, model: str) -> Mutant:
-    """One mutant of ``model`` in ``fmt`` (``pipedream``, ``json`` or ``dnn``): a byte-level
-    mutation one time in three, else a format-specific one."""
-    if fmt == "json2":
-        text = v2_seed_text(model)
-        if rng.random() < 1 / 3:
-            return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
-        return v2_mutation(rng, json.loads(text))
-    if fmt == "dnn":
-        text = dnn_seed_text(model)
-        if rng.random() < 1 / 3:
-            return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
-        return dnn_mutation(rng, json.loads(text))
-    if fmt == "pipedream":
-        text = pipedream_seed(model)
-        if rng.random() < 1 / 3:
-            return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
-        return pd_mutation(rng, text)
+    """One mutant of ``model`` in ``fmt`` (a key of :data:`FORMATS`): a byte-level mutation one time
+    in three, else a format-specific one."""
+    seed_text, mutate = {"pipedream": (pipedream_seed, pd_mutation), "json": (json_seed_text, json_mutation),
+                         "dnn": (dnn_seed_text, dnn_mutation), "json2": (v2_seed_text, v2_mutation)}[fmt]
+    text = seed_text(model)
     if rng.random() < 1 / 3:
-        return rng.choice(BYTE_MUTATIONS)(rng, json_seed_text(model).encode())
-    return json_mutation(rng, json_seed(model))
+        return rng.choice(BYTE_MUTATIONS)(rng, text.encode())
+    return mutate(rng, text if fmt == "pipedream" else json.loads(text))
 
 
 _NAMES_LINE_OR_KEY = re.compile(r"^[^\n]*?(:\d+: |: field '[^']*': )")
