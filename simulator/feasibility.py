@@ -1,13 +1,9 @@
 """The one feasibility function, shared by every policy and by the RL action mask.
 
-For a job and the servers other jobs hold, :class:`FeasibilityTable` answers per degree ``d``,
-lazily and cached: ``enough_servers(d)`` (in the action set and at most the free servers: the
-original's mask, spec §8.3), ``placement(d)`` (first fit's placement, or ``None``), ``jct_s(d)``
-(its lookahead), ``meets_target(d)`` (``jct_s(d) <= beta x sequential JCT``) and ``feasible(d)``
-(placeable now and meeting the target). On a cluster of several server kinds a degree is also
-feasible when one of the first ``hetero_block_search`` free blocks meets the target, and the job
-goes to the first such block (:meth:`FeasibilityTable.chosen_block`), so every policy and the
-simulation see the same block; on one kind first fit is kept exactly.
+For a job and the servers other jobs hold, :class:`FeasibilityTable` answers per degree, lazily
+and cached: enough servers (the original's mask, spec §8.3), placement, JCT, meets target,
+feasible. On a cluster of several server kinds a degree may also go to one of the first
+``hetero_block_search`` free blocks (:meth:`FeasibilityTable.chosen_block`; docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -28,16 +24,14 @@ from simulator.topology import Block, RampTopology, Shape
 from workloads.graph import TrainingGraph
 from workloads.jobs import JobSpec
 
-#: Relative slack on the JCT test, so that a job whose JCT equals its target up to float
-#: rounding is accepted (fixes quirk §15.10: ResNet-18 at a=1 with beta=1 was blocked).
+#: Relative slack on the JCT test: a JCT equal to its target up to float rounding is accepted
+#: (quirk §15.10).
 JCT_TOLERANCE = 1e-9
 
 MaskKind = Literal["paper", "placeable", "feasible"]
 
 #: Free blocks a degree's feasibility looks at on a cluster of several server kinds
-#: (``sim.hetero_block_search``; ``conf/sim.yaml``). 128 is more than the blocks of any degree of
-#: the 32-server RAMP (82, of degree 2), so there every free block is seen; on a big cluster it
-#: bounds a decision's cost (and blocks of the same shape and kinds are judged once).
+#: (``sim.hetero_block_search``): more than any degree has on the 32-server RAMP.
 DEFAULT_HETERO_BLOCK_SEARCH = 128
 
 
@@ -48,8 +42,7 @@ def meets_target(jct_s: float, max_jct_s: float) -> bool:
 
 def min_feasible_order(degrees: Sequence[int], limit: int, min_degree: int) -> Iterator[int]:
     """The degrees ``MinFeasible(min_degree)`` tests, in its order: ascending from ``min_degree``,
-    then descending below it, none above ``limit`` (``degrees`` ascend; nothing above the
-    placeable limit can be taken). The first feasible one is the rule's degree."""
+    then descending below it, none above ``limit``."""
     for d in degrees:
         if d > limit:
             break
@@ -67,9 +60,7 @@ class Feasibility:
         topology: The cluster.
         placer: The op placer.
         step_model: The lookahead.
-        hetero_block_search: On a cluster of several server kinds, how many free blocks of a
-            degree (first-fit order) may take a job whose first-fit placement misses its target
-            (0: first fit only). Ignored on a cluster of one kind.
+        hetero_block_search: ``sim.hetero_block_search`` (ignored on a cluster of one kind).
 
     Raises:
         ConfigError: (field ``sim.hetero_block_search``) the bound is not an integer >= 0.
@@ -101,10 +92,8 @@ class Feasibility:
 
     def placed_step(self, graph: TrainingGraph, degree: int, occupied_mask: int) -> tuple[int, float] | None:
         """``(server mask, step time in s)`` of the placer's placement of ``graph`` at ``degree``
-        given the servers other jobs hold, or ``None`` if it cannot be placed: what
-        :meth:`FeasibilityTable.placement` and :meth:`FeasibilityTable.step` give, in one lookup
-        cached by occupancy (rollouts and the teacher search ask the same ones over and over, each
-        from a new table)."""
+        given the servers other jobs hold, or ``None``: one lookup cached by occupancy (rollouts
+        ask the same ones over and over, each from a new table)."""
         key = (graph.fingerprint, degree, occupied_mask)
         found = self._placed_steps.get(key, False)
         if found is False:
@@ -117,18 +106,16 @@ class Feasibility:
         return found
 
     def max_placeable_degree(self, num_free_servers: int) -> int:
-        """No degree above this can be placed with ``num_free_servers`` free: under block placement a
-        job holds exactly ``degree`` free servers; under op-level first fit a job may use fewer
-        servers than its degree (ops split fewer ways), so every degree stays possible."""
+        """No degree above this can be placed with ``num_free_servers`` free (under op-level first
+        fit a job may use fewer servers than its degree, so every degree stays possible)."""
         if self.placer.mode == "block":
             return num_free_servers
         return max(self.topology.degrees, default=self.topology.num_servers)
 
     def min_feasible_start(self, job: JobSpec, occupied_mask: int, min_degree: int) -> tuple[int, int, float] | None:
         """``(degree, server mask, JCT in s)`` that :func:`~simulator.policies.heuristics.min_feasible_degree`
-        gives ``job`` on this occupancy, placed by the placer, or ``None`` (no feasible degree: the
-        rule rejects). The same answer as a :class:`FeasibilityTable`, through :meth:`placed_step`
-        (``tests/simulator/policies/test_lookahead.py``)."""
+        gives ``job`` on this occupancy, or ``None`` (it rejects): a :class:`FeasibilityTable`'s
+        answer through :meth:`placed_step`."""
         steps, max_jct_s = job.num_training_steps, job.max_jct_s
         limit = self.max_placeable_degree(self.topology.num_servers - occupied_mask.bit_count())
         prefilter = self.jct_depends_on_shape_only
@@ -228,10 +215,7 @@ class Feasibility:
 
     def block_class(self, block: Block) -> tuple | None:
         """A key equal for free blocks in which a job times identically: the block's shape and the
-        kinds of its servers in placement order (first fit inside a block is one placement per
-        shape and kinds, shifted; an op placer's refinement is a function of that block-relative
-        placement and the kinds, its own cache key in ``simulator.allocation.op_placer``); ``None`` when
-        no block is searched (one kind)."""
+        kinds of its servers in placement order; ``None`` when no block is searched (one kind)."""
         if self._kind_list is None:
             return None
         where = (block.shape, block.servers[0])
@@ -246,8 +230,7 @@ class Feasibility:
 
     def block_step_s(self, graph: TrainingGraph, degree: int, block: Block, occupied_mask: int) -> float | None:
         """Step time in s of ``graph`` at ``degree`` placed inside the free ``block`` (``None``: it
-        does not fit), cached per :meth:`block_class` (a rollout judges many blocks of a few
-        classes on ever new occupancies)."""
+        does not fit), cached per :meth:`block_class`."""
         key = self.block_class(block)
         if key is not None:
             key = (graph.fingerprint, degree, key)
@@ -265,9 +248,8 @@ class Feasibility:
     def first_block_meeting(self, graph: TrainingGraph, degree: int, occupied_mask: int,
                             meets: Callable[[float], bool], blocks: Callable[[], Sequence[Block]]) -> Block | None:
         """The first of the first :attr:`block_search_bound` of ``blocks()`` (free blocks of
-        ``degree`` in first-fit order) whose step time ``meets`` accepts, or ``None``; a block of a
-        class already judged is skipped (it times as the first of its class), and no block is
-        listed when no class of the degree can meet the target (:meth:`some_class_may_meet`)."""
+        ``degree`` in first-fit order) whose step time ``meets`` accepts, or ``None``; each block
+        class is judged once."""
         if not self.some_class_may_meet(graph, degree, meets):
             return None
         judged: set[tuple] = set()
@@ -290,9 +272,8 @@ class Feasibility:
                                    lambda block: self.block_step_s(graph, degree, block, 0))
 
     def _class_blocks(self, degree: int) -> list[Block]:
-        """One block of every class of ``degree``, in first-fit order. Server kinds are set per rack
-        index (``RampTopology`` ``server_kinds``), so a block's class is fixed by its shape and its
-        first rack: the blocks at origins ``(0, j, 0)`` cover every class (cached per degree)."""
+        """One block of every class of ``degree``, in first-fit order (cached): kinds are set per
+        rack index, so the blocks at origins ``(0, j, 0)`` cover every class."""
         found = self._classes.get(degree)
         if found is None:
             topo = self.topology
@@ -346,10 +327,8 @@ class FeasibilityTable:
 
     def chosen_block(self, degree: int) -> Block | None:
         """The block a job placed at ``degree`` without a named block goes to: ``None`` (the
-        placer's own placement) on a cluster of one kind, or when that placement meets the target;
-        else the first of the first :attr:`Feasibility.block_search_bound` free blocks of ``degree``
-        (first-fit order) in which the job meets its target, or ``None`` when none does (the
-        degree is then infeasible, as first fit judged it). Cached per degree."""
+        placer's own placement) on a cluster of one kind or when that placement meets the target,
+        else :meth:`Feasibility.first_block_meeting`'s block (cached per degree)."""
         if not self._search_bound:
             return None
         if degree in self._chosen:
@@ -393,13 +372,8 @@ class FeasibilityTable:
         return None if step is None else step.step_time_s * self.job.num_training_steps
 
     def meets_target(self, degree: int, block: Block | None = None) -> bool:
-        """Placeable and ``JCT <= beta x sequential JCT``.
-
-        When the JCT depends only on the block's shape (:attr:`Feasibility.jct_depends_on_shape_only`)
-        and this degree has not been looked ahead yet, a degree whose fastest shape misses the
-        target is refused without searching for a free block (exact: every placement is slower).
-        Without ``block``, on a cluster of several kinds, the block of :meth:`chosen_block`.
-        """
+        """Placeable and ``JCT <= beta x sequential JCT`` (a degree whose fastest shape misses the
+        target is refused without a search, when :attr:`Feasibility.jct_depends_on_shape_only`)."""
         return self._meets(degree, self.chosen_block(degree) if block is None else block)
 
     def _step_meets(self, step_s: float) -> bool:
@@ -418,8 +392,7 @@ class FeasibilityTable:
         return self.meets_target(degree, block)
 
     def num_free_blocks(self, degree: int) -> int:
-        """How many blocks of ``degree`` servers are free of other jobs (a count: listing them
-        all costs a block each, ~10^5 per degree on 65,536 servers)."""
+        """How many blocks of ``degree`` servers are free of other jobs (counted, not listed)."""
         self._check(degree)
         return self.engine.placer.num_free_blocks(degree, self.occupied_mask)
 
@@ -436,11 +409,8 @@ class FeasibilityTable:
         return self.engine.placer.free_blocks(degree, self.occupied_mask)
 
     def mask(self, kind: MaskKind = "feasible", max_degree: int | None = None) -> NDArray[np.bool_]:
-        """Boolean mask over actions ``0..max_degree`` (index = degree; 0 = reject, always valid).
-
-        ``paper``: :meth:`enough_servers`; ``placeable``: a placement exists;
-        ``feasible``: placeable and meets the target.
-        """
+        """Boolean mask over actions ``0..max_degree`` (index = degree; 0 = reject, always valid):
+        ``paper`` :meth:`enough_servers`, ``placeable`` or ``feasible``."""
         top = max(self.engine.degrees) if max_degree is None else max_degree
         out = np.zeros(top + 1, dtype=bool)
         out[0] = True

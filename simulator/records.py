@@ -1,10 +1,8 @@
 """Typed per-job records, run summaries, and the files a run writes (``jobs.csv``, ``summary.json``).
 
-A simulation hands every finished record to a :class:`RecordSink`: :class:`MemorySink` keeps
-them (what the Gym environment and the tests read), :class:`CsvStreamSink` appends them to
-``jobs.csv`` as the run goes and keeps only the jobs still running, so that a long episode's
-memory does not grow with its length. Either way the summary comes from the same running
-:class:`SummaryAccumulator` (exact, order-independent sums), so both give the same numbers.
+Every finished record goes to a :class:`RecordSink` (:class:`MemorySink` keeps them,
+:class:`CsvStreamSink` streams ``jobs.csv``) and to the running :class:`SummaryAccumulator`, so
+both sinks give the same summary. The files: docs/simulator.md ("What a run writes").
 """
 
 from __future__ import annotations
@@ -42,26 +40,15 @@ class JobRecord:
     """Everything that happened to one job.
 
     Attributes:
-        job_id: Index in the arrival stream.
-        model: Graph name.
-        arrival_time_s: Arrival time.
-        beta: JCT target fraction.
+        beta: JCT target fraction; ``max_jct_s = beta x sequential_jct_s``.
         sequential_jct_s: JCT on one device without communication.
-        max_jct_s: Target, ``beta x sequential_jct_s``.
         degree: Chosen partition degree (0 = rejected).
-        num_servers: Servers of the job's placement (held if it ran; 0 if it could not be placed;
-            may exceed ``degree`` under op-level first fit, spec §15.1).
-        servers: Those servers as ``c-r-s`` ids separated by spaces; above
-            :data:`SERVERS_LISTED_MAX` servers, as boxes of coordinate ranges (see
-            :func:`format_servers`).
-        outcome: See :data:`Outcome`.
-        block_reason: See :data:`BlockReason` (empty unless blocked).
-        jct_s: Simulated JCT of the placement (``nan`` if never placed).
-        start_time_s: When it started running (``nan`` if it did not).
-        completion_time_s: When it finished (``nan`` unless completed).
-        speedup: ``sequential_jct_s / jct_s``.
-        demand_bytes: The unpartitioned job's op memory + dependency bytes (spec §9).
-        cluster_bytes: The partitioned job's op memory + dependency bytes.
+        num_servers: Servers of the job's placement (0 if it could not be placed; may exceed
+            ``degree`` under op-level first fit, spec §15.1).
+        servers: Those servers (:func:`format_servers`).
+        jct_s, start_time_s, completion_time_s: ``nan`` when not placed, started or completed.
+        demand_bytes, cluster_bytes: Op memory + dependency bytes, unpartitioned and
+            partitioned (spec §9).
         busy_server_s: Server-seconds of compute over the whole job (all steps).
     """
 
@@ -86,8 +73,7 @@ class JobRecord:
 
     @property
     def started(self) -> bool:
-        """It was placed within its target and ran (whether or not it finished, and even if
-        ``paper`` accounting then blocked it for still running at the horizon)."""
+        """It ran (finished or not; ``paper`` accounting may have blocked it at the horizon)."""
         return not math.isnan(self.start_time_s)
 
     @property
@@ -100,8 +86,7 @@ RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 
 SERVERS_LISTED_MAX = 64
-"""Jobs holding at most this many servers list each one in ``servers`` (the original's form);
-bigger ones are written as boxes (:func:`format_servers`)."""
+"""Jobs holding at most this many servers list each one in ``servers`` (:func:`format_servers`)."""
 
 
 def _csv_row(rec: JobRecord) -> list[Any]:
@@ -124,15 +109,10 @@ def records_to_csv(records: Iterable[JobRecord]) -> str:
 
 
 def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
-    """The ``servers`` column for a job holding ``servers`` (indices, ascending).
-
-    Up to :data:`SERVERS_LISTED_MAX` servers: their ``c-r-s`` names separated by spaces (as the
-    original wrote them). Above: *boxes* separated by spaces, each ``C-R-S`` where every part is a
-    number or an inclusive range ``a..b``, standing for every server whose coordinates lie in the
-    three ranges, e.g. a 1,024-server block of shape (32, 32, 1) is ``0..31-0..31-0`` instead of
-    about 9 KB of names. The boxes are disjoint and together hold exactly the job's servers;
-    ``analysis.runs.job_server_names`` lists them, ascending, without knowing the cluster.
-    """
+    """The ``servers`` column for a job holding ``servers`` (indices, ascending): up to
+    :data:`SERVERS_LISTED_MAX` their ``c-r-s`` names, above that disjoint boxes ``C-R-S`` whose
+    parts are numbers or inclusive ranges ``a..b`` (``0..31-0..31-0``: 1,024 servers); see
+    docs/simulator.md ("What a run writes")."""
     if len(servers) <= SERVERS_LISTED_MAX:
         return " ".join(topology.server_name(s) for s in servers)
     _, num_racks, per_rack = topology.shape  # server index = (c * R + r) * S + s, as server_name
@@ -171,12 +151,8 @@ def _span(first: int, last: int) -> str:
 
 
 class RecordSink(Protocol):
-    """Where a simulation puts each job's record once the job is resolved.
-
-    The simulation calls :meth:`arrived` for each job as it arrives (arrival order is job-id
-    order), :meth:`add` once per job when its outcome is final (jobs finish out of order), then
-    :meth:`close` once at the end of the run, or :meth:`abort` if the run fails.
-    """
+    """Where a simulation puts each job's record: :meth:`arrived` per arrival (job-id order),
+    :meth:`add` once the outcome is final (out of order), then :meth:`close`, or :meth:`abort`."""
 
     records: list[JobRecord]
     """Records kept in memory (empty for a sink that does not keep them)."""
@@ -195,9 +171,8 @@ class RecordSink(Protocol):
 
 
 class MemorySink:
-    """Keeps every record in :attr:`records`: in the order jobs resolve while the run goes (so a
-    driver can look a finished job up at once), sorted by job id once closed. Memory grows with
-    the episode (a few hundred bytes per job); :class:`CsvStreamSink` does not."""
+    """Keeps every record in :attr:`records`: in the order jobs resolve while the run goes, sorted
+    by job id once closed (memory grows with the episode)."""
 
     def __init__(self) -> None:
         self.records: list[JobRecord] = []
@@ -218,14 +193,10 @@ class MemorySink:
 
 
 class CsvStreamSink:
-    """Writes ``jobs.csv`` as the run goes, byte for byte what :func:`records_to_csv` writes for
-    the same records, and keeps no records: :attr:`records` stays empty.
-
-    Rows go out in job-id order through a reorder buffer: a record waits only while an earlier
-    job is still unresolved (running), so the buffer holds about the running jobs, never the
-    whole episode (:attr:`max_buffered` tells its high-water mark). Rows are written in chunks of
-    ``flush_rows`` to a temporary file beside ``path``, renamed to ``path`` by :meth:`close`; a run
-    that fails (:meth:`abort`) or is killed never leaves a partial file named ``path``.
+    """Writes ``jobs.csv`` as the run goes, byte for byte what :func:`records_to_csv` writes, and
+    keeps no records. Rows go out in job-id order through a reorder buffer holding about the
+    running jobs (:attr:`max_buffered`: its high-water mark), in chunks, to a temporary file that
+    :meth:`close` renames to ``path`` (a failed or killed run leaves no partial ``path``).
 
     Args:
         path: Where ``jobs.csv`` goes (its folder is created).
@@ -331,13 +302,11 @@ def write_run_files(out_dir: str | Path, records: Sequence[JobRecord] | None, su
 
 
 class ExactSum:
-    """A float sum that is exact until read and so does not depend on the order of the terms.
+    """A float sum that is exact until read, so it does not depend on the order of the terms.
 
-    Terms are buffered and folded every few thousand into a short list of non-overlapping floats
-    whose exact sum is the exact sum so far (``math.fsum`` is correctly rounded, so
-    ``s = fsum(xs)`` and the exact remainder ``xs - s`` is again a sum of floats; a few rounds
-    leave nothing). :attr:`value` is the correctly rounded exact sum. Non-finite terms are added
-    plainly (their sum is ``inf``/``nan`` whatever the order).
+    Buffered terms are folded with ``math.fsum`` into a short list of non-overlapping floats
+    (``fsum`` rounds correctly, so the remainder ``xs - fsum(xs)`` is again a sum of floats).
+    Non-finite terms are added plainly (``inf``/``nan`` whatever the order).
 
     Args:
         fold_every: Terms buffered between folds (memory vs. calls to ``fsum``).
@@ -380,13 +349,11 @@ class ExactSum:
 
 class SummaryAccumulator:
     """Running totals of a run's records from which :meth:`summary` gives :func:`summarise`'s
-    metrics without keeping the records (O(1) memory per job).
+    metrics without keeping the records.
 
     Args:
-        window_s: Measurement window, if known before the run (the horizon). ``None`` (trace
-            replay: the window is the end time) measures every started job whole; then every
-            started job must end within the window given to :meth:`summary`, as it does when a
-            run drains (checked).
+        window_s: Measurement window (the horizon), or ``None`` until the run ends (trace replay:
+            every started job must then end within the window given to :meth:`summary`; checked).
     """
 
     def __init__(self, window_s: float | None = None) -> None:
@@ -493,19 +460,8 @@ class SummaryAccumulator:
 
 
 def summarise(records: Iterable[JobRecord], *, window_s: float, num_servers: int) -> dict[str, Any]:
-    """Run metrics from per-job records (spec §9), all time-averages over ``[0, window_s]``.
-
-    Counts: every job has one outcome, so ``num_jobs_arrived = num_jobs_accepted +
-    num_jobs_blocked + num_jobs_unresolved`` and ``num_jobs_accepted = num_jobs_completed +
-    num_jobs_running``. ``num_jobs_started`` also counts the jobs ``paper`` accounting blocked for
-    running at the horizon: they held servers, so throughput, utilisation, mean degree and servers
-    per job are over the started jobs (as in the original).
-
-    Args:
-        records: Every arrived job.
-        window_s: Measurement window (the horizon).
-        num_servers: Servers in the cluster.
-    """
+    """Run metrics from per-job records (spec §9), time-averages over ``[0, window_s]``; the
+    counts and what they cover: docs/simulator.md ("What a run writes")."""
     acc = SummaryAccumulator(window_s)
     for r in records:
         acc.add(r)

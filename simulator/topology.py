@@ -41,12 +41,9 @@ class Block:
 
 
 def _fits(inner: Shape, outer: Shape) -> bool:
-    """Whether some block of shape ``inner`` lies inside a block of shape ``outer``.
-
-    Boxes nest when every extent does; a diagonal ``(n, n, -1)`` (one server per group and rack
-    step) holds the diagonals of up to ``n`` servers and, of the boxes, only single servers; a box
-    holds a diagonal of ``m`` servers when it spans at least ``m`` groups and ``m`` racks.
-    """
+    """Whether some block of shape ``inner`` lies inside a block of shape ``outer`` (boxes nest
+    extent by extent; a diagonal holds shorter diagonals and single servers; a box holds a
+    diagonal of ``m`` when it spans ``m`` groups and ``m`` racks)."""
     if outer[2] == -1:
         return inner[0] <= outer[0] if inner[2] == -1 else inner == (1, 1, 1)
     if inner[2] == -1:
@@ -66,15 +63,12 @@ class RampTopology:
         propagation_latency_s: One-hop propagation latency (paper config: 50 ns).
         io_latency_s: Worker I/O latency, paid at both ends of a transfer (paper config: 100 ns).
         max_degree: Largest partition degree offered to policies (paper: 16).
-        server_kinds: GPU generations, by rack index within a communication group: a list of
-            ``{kind, racks, speed, memory_capacity_bytes}`` (``racks``: the rack indices
-            ``0..R-1`` holding that kind; ``speed``: compute speed relative to the profiled GPU,
-            default 1; memory defaults to ``memory_capacity_bytes``). Every rack index belongs to
-            exactly one kind. ``None``: one kind, ``gpu``, speed 1, ``memory_capacity_bytes``.
+        server_kinds: GPU generations by rack index within a group: a list of ``{kind, racks,
+            speed, memory_capacity_bytes}`` covering every rack index once (speed relative to the
+            profiled GPU, default 1). ``None``: one kind, ``gpu``.
 
     Raises:
-        ConfigError: For an impossible shape (a dimension < 1), non-positive capacities or a
-            rack index with no kind (or two).
+        ConfigError: For an impossible shape, non-positive capacities or a bad ``server_kinds``.
     """
 
     #: Kind of every server of a homogeneous cluster (the profiled GPU).
@@ -126,7 +120,7 @@ class RampTopology:
         self._made: dict[tuple[Shape, int], Block] | None = {} if self.num_servers <= self.MATERIALISE_MAX_SERVERS else None
 
     def _set_server_kinds(self, server_kinds: Sequence[Mapping[str, Any]] | None) -> None:
-        """Fill ``kinds``, ``kind_speed``, ``kind_memory_bytes`` and the per-server arrays."""
+        """Fill ``kinds``, ``kind_speed`` and the per-server arrays."""
         where = "cluster.server_kinds"
         R = self.num_racks_per_group
         if server_kinds is None:
@@ -176,8 +170,6 @@ class RampTopology:
         """Server kinds, in config order."""
         self.kind_speed: dict[str, float] = dict(zip(kinds, speed, strict=True))
         """Compute speed of each kind relative to the profiled GPU (a sub-op takes ``time / speed``)."""
-        self.kind_memory_bytes: dict[str, float] = dict(zip(kinds, memory, strict=True))
-        """GPU memory of each kind."""
         index = np.array([rack_kind[r] for _, r, _ in self.coords], dtype=np.int64)
         index.setflags(write=False)
         self.server_kind_index: NDArray[np.int64] = index
@@ -223,12 +215,11 @@ class RampTopology:
         return f"{c}-{r}-{s}"
 
     def block_shapes(self, n: int) -> tuple[Shape, ...]:
-        """Symmetric block shapes for ``n`` servers, in first-fit order (spec §5.2).
+        """Symmetric block shapes for ``n`` servers, in first-fit order (spec §5.2; cached).
 
-        Factor pairs ``(n/i, i)`` for divisors ``i`` ascending give ``(sqrt p, sqrt p, q)`` when
-        ``p`` is a square that fits, and ``(p, 1, q)``, ``(p, q, 1)`` when ``p <= C, R`` and
-        ``q <= S``; when ``n <= C, R`` the diagonal ``(n, n, -1)`` and ``(n, 1, 1)`` follow.
-        Duplicates are dropped (they cannot change a first-fit result). Cached; ``O(sqrt n)``.
+        For each divisor ``q <= S`` ascending, with ``p = n / q``: ``(sqrt p, sqrt p, q)`` when
+        ``p`` is a square that fits, ``(p, 1, q)`` and ``(p, q, 1)`` when ``p <= C, R``; then, when
+        ``n <= C, R``, ``(n, n, -1)`` and ``(n, 1, 1)``. Duplicates are dropped.
         """
         found = self._shapes.get(n)
         if found is None:
@@ -254,23 +245,15 @@ class RampTopology:
         return tuple(dict.fromkeys(shapes))
 
     def origin_ranges(self, shape: Shape) -> tuple[int, int, int]:
-        """How many origins ``(i, j, k)`` a shape has along each axis (blocks never wrap around).
-
-        A box ``(x, y, z)`` starts at ``i < C - x + 1``, ``j < R - y + 1``, ``k < S - z + 1``; a
-        diagonal ``(n, n, -1)`` at ``i < C - n + 1``, ``j < R - n + 1`` and any ``k``.
-        """
+        """How many origins ``(i, j, k)`` a shape has along each axis (blocks never wrap around)."""
         C, R, S = self.shape
         x, y, z = shape
         return (max(C - x + 1, 0), max(R - y + 1, 0), S if z == -1 else max(S - z + 1, 0))
 
     def pattern(self, shape: Shape) -> tuple[tuple[int, ...], int]:
-        """Server offsets of a block of ``shape`` from its origin server, in placement order, and
-        their bitmask (cached per shape).
-
-        Blocks never wrap around, so the block of ``shape`` at origin ``(i, j, k)`` holds servers
-        ``origin_server + offsets`` and has mask ``pattern_mask << origin_server`` (the origin
-        server ``i*R*S + j*S + k`` is its smallest one).
-        """
+        """Server offsets of a block of ``shape`` from its origin server (its smallest), in
+        placement order, and their bitmask (cached): blocks never wrap around, so every block of
+        the shape is ``origin_server + offsets``."""
         found = self._patterns.get(shape)
         if found is None:
             _, R, S = self.shape
@@ -305,9 +288,8 @@ class RampTopology:
         return block
 
     def search_shapes(self, n: int) -> tuple[Shape, ...]:
-        """The shapes of :meth:`block_shapes` that give blocks not given by an earlier shape:
-        a diagonal of one server is the ``(1, 1, 1)`` box (for ``n >= 2`` no two shapes share a
-        server set: a box's extent is its shape, and a diagonal spans ``n`` groups and ``n`` racks)."""
+        """The shapes of :meth:`block_shapes` that give blocks no earlier shape gives (only the
+        one-server diagonal repeats a box)."""
         found = self._search.get(n)
         if found is None:
             found = self._search[n] = tuple(s for s in self.block_shapes(n) if not (n == 1 and s[2] == -1))
@@ -341,13 +323,8 @@ class RampTopology:
         return found
 
     def blocks(self, n: int) -> tuple[Block, ...]:
-        """Every block of ``n`` servers, in the original's first-fit scan order.
-
-        Materialises them all (cached on clusters of at most :attr:`MATERIALISE_MAX_SERVERS`
-        servers): for tests and small clusters. The simulator searches free blocks with
-        :class:`simulator.allocation.free_blocks.FreeBlockIndex` instead; use :meth:`iter_blocks`,
-        :meth:`num_blocks` or :meth:`find_block` on a big cluster.
-        """
+        """Every block of ``n`` servers, in first-fit scan order, all made (cached up to
+        :attr:`MATERIALISE_MAX_SERVERS` servers): for tests and small clusters."""
         found = self._blocks.get(n)
         if found is None:
             found = tuple(self.iter_blocks(n))
@@ -373,11 +350,8 @@ class RampTopology:
 
     @cached_property
     def degrees(self) -> tuple[int, ...]:
-        """Partition degrees offered to policies: 1 and every even ``n <= max_degree`` with a shape.
-
-        Odd degrees above 1 are excluded as in the original (the SiP-ML split rule produces even
-        split counts); on the paper's 4x4x2 RAMP this gives (1, 2, 4, 6, 8, 16).
-        """
+        """Partition degrees offered to policies: 1 and every even ``n <= max_degree`` with a shape
+        (as the original; the paper's 4x4x2 RAMP gives (1, 2, 4, 6, 8, 16))."""
         top = min(self.max_degree, self.num_servers)
         return (1, *(n for n in range(2, top + 1, 2) if self.block_shapes(n)))
 
@@ -388,15 +362,9 @@ class RampTopology:
         return tuple(n for n in range(1, top + 1) if self.block_shapes(n))
 
     def block_split_sizes(self, degree: int) -> tuple[int, ...]:
-        """Sub-op counts that have a symmetric block inside *every* block of ``degree`` servers (cached).
-
-        Under block placement a job's split ops must find their symmetric blocks inside the job's
-        own block, whichever shape first fit gives it; :attr:`split_sizes` (a block somewhere in
-        the cluster) is not enough: on 64 x 64 x 16 the first 64-server shape is 8 x 8 x 1, with
-        no 34-server block inside, so a 34-way op could never be placed at degree 64. Splits are
-        rounded down to these sizes instead. On the paper's 4 x 4 x 2 RAMP they equal
-        :attr:`split_sizes` up to each degree.
-        """
+        """Sub-op counts that have a symmetric block inside *every* block of ``degree`` servers
+        (cached): under block placement a job's split ops must fit inside its own block, whichever
+        shape it gets (docs/simulator.md, "Job allocation")."""
         found = self._block_split_sizes.get(degree)
         if found is None:
             shapes = self.search_shapes(degree)

@@ -1,16 +1,10 @@
 """Job allocation on RAMP: first-fit symmetric blocks with parent chaining (spec §5.1).
 
-Which servers a job gets; in finding them, first fit also puts every sub-op on one of those
-servers (kept bit for bit), which an op placer (:mod:`simulator.allocation.op_placer`) may then
-change inside the job's block. Forward ops in topological order: a split op of ``n`` sub-ops
-chains onto a parent placed on exactly ``n`` servers (sub-op ``i`` on the parent's ``i``-th
-server), else takes the first free block of ``n`` servers with room; an op and its backward
-mirror share servers; one job per server. Modes: ``op_first_fit`` (paper: each op scans the
-whole cluster, spec §15.1) and ``block`` (the job takes one block of ``degree`` servers and every
-op fits inside it). With ``sim.split_ops=false`` each op goes to its first parent's server with
-memory (a source op to the block's first server with room), while the job still holds its whole
-block (:meth:`FirstFitAllocator._hold_block`). A policy's explicit block restricts the job to it;
-every memory test uses the server's own memory.
+Which servers a job gets, and first fit's server for every sub-op (which an op placer,
+:mod:`simulator.allocation.op_placer`, may change inside the job's block). Forward ops in
+topological order chain onto a parent split as many ways, else take the first free block of their
+size with room; an op and its backward mirror share servers. Modes ``op_first_fit`` (paper) and
+``block``: docs/simulator.md ("Job allocation").
 """
 
 from __future__ import annotations
@@ -68,13 +62,9 @@ def placement_signature(op_servers: tuple[tuple[int, ...], ...],
                         coords: tuple[tuple[int, int, int], ...],
                         kinds: NDArray[np.int64] | None = None) -> tuple:
     """Canonical form of a placement: servers renamed by first appearance, with their coordinates
-    renamed the same way (communication groups, racks and in-rack indices separately).
-
-    Step times depend only on which sub-ops share a server, on how many distinct groups,
-    racks and in-rack indices a collective touches and (``kinds``: the kind index of every
-    server, on a cluster of several GPU generations) on each server's kind; renaming preserves
-    all three, so placements with equal signatures have equal step times. Without ``kinds``
-    (one kind) the signature is the same as before kinds existed.
+    renamed the same way (groups, racks and in-rack indices separately) and, given ``kinds`` (the
+    kind index of every server), each server's kind. Step times depend on nothing else, so
+    placements with equal signatures have equal step times.
     """
     # Chained ops repeat their parent's server tuple: each distinct tuple is renamed once (its
     # servers are all known by the time it repeats, so first appearances are unchanged).
@@ -103,12 +93,9 @@ def placement_signature(op_servers: tuple[tuple[int, ...], ...],
 
 
 class _Relative:
-    """A placement inside a block, as server offsets from the block's origin server.
-
-    Blocks never wrap around, so a block of the same shape elsewhere holds the same servers shifted
-    by the difference of origin servers; first fit inside it (all its servers free, every sub-block
-    shifted alike, in the same order) gives the shifted placement, with the same signature. The
-    distinct server tuples of the ops (chained ops share their parent's) are kept once, flat.
+    """A placement inside a block, as server offsets from the block's origin server: first fit in
+    a free block of the same shape elsewhere is this placement shifted (blocks never wrap around).
+    The ops' distinct server tuples are kept once, flat.
     """
 
     __slots__ = ("flat", "bounds", "op_index", "server_offsets", "mask", "signature", "size_bytes")
@@ -142,8 +129,7 @@ class _Relative:
 
 
 class _FreeMemory(dict):
-    """Free memory of the servers a job's ops have used so far; a server not used yet has its
-    capacity (read without a Python-level default on the hot path of op placement)."""
+    """Free memory of the servers a job's ops have used so far (an unused server: its capacity)."""
 
     __slots__ = ("_capacity",)
 
@@ -164,7 +150,7 @@ def block_region(block: Block) -> Region:
 
 class _BoundedCache(dict):
     """A dict bounded by entries and by an estimate of its bytes: an insert that would cross
-    either bound clears it first (its entries stay valid; the bound only limits memory)."""
+    either bound clears it first."""
 
     __slots__ = ("size_bytes",)
 
@@ -188,15 +174,10 @@ class _BoundedCache(dict):
 class FirstFitAllocator:
     """First-fit job allocation: the servers a job gets, and first fit's server for each of its sub-ops.
 
-    Free blocks are searched on the occupancy grid (:class:`simulator.allocation.free_blocks.FreeBlockIndex`),
-    never by enumerating blocks. Under ``first_fit`` a job confined to a block (mode ``block``, or a
-    block given by a policy) is placed once per (graph, degree, block shape) and shifted to the
-    block (:class:`_Relative`): a job then costs one free-block search and a dict lookup. Other
-    placements (mode ``op_first_fit``, or an op placer) are cached by graph, degree and cluster
-    occupancy. Every cache is bounded by entries and by an estimate of its bytes
-    (:attr:`MAX_CACHE_BYTES`): occupancy keys are masks of one bit per server (8 KB at 65,536).
-    The occupancy-keyed ones are kept small while their entries are not reused (a big cluster's
-    occupancy rarely repeats; :meth:`_note_occupancy_lookup`).
+    Free blocks are searched on the occupancy grid (:class:`~simulator.allocation.free_blocks.FreeBlockIndex`).
+    A job confined to a block under first fit is placed once per (graph, degree, block shape) and
+    shifted (:class:`_Relative`); other placements are cached by occupancy. Every cache is bounded
+    by entries and by an estimate of its bytes.
 
     Args:
         topology: The cluster.
@@ -229,8 +210,7 @@ class FirstFitAllocator:
         self.mode: PlacementMode = mode
         self.op_placer = op_placer
         self.op_placer_name = "first_fit" if op_placer is None else op_placer.name
-        # Kind of every server in placement signatures, only when kinds differ (a homogeneous
-        # cluster keeps its signatures, hence its lookahead cache, exactly as before).
+        # Kind of every server in placement signatures, only when kinds differ.
         self._sig_kinds = topology.server_kind_index if topology.heterogeneous else None
         self._kind_list: list[int] | None = topology.server_kind_index.tolist() if topology.heterogeneous else None
         self._capacity: list[float] = topology.server_memory_bytes.tolist()
@@ -331,12 +311,9 @@ class FirstFitAllocator:
         return result
 
     def _note_occupancy_lookup(self, hit: bool) -> None:
-        """Count a lookup of an occupancy-keyed placement; at the end of each window of
-        :attr:`REUSE_WINDOW` lookups, bound the occupancy-keyed caches by :attr:`MAX_CACHE_ENTRIES`
-        if at least :attr:`MIN_REUSE` of them hit, else by :attr:`REUSE_WINDOW` (on 32 servers 72 %
-        of the requests of a paper episode hit, on 512 servers 3 %: there the entries only cost
-        memory and garbage-collection time, 0.1-0.3 s per full collection late in an episode).
-        Results never depend on it."""
+        """Count a lookup of an occupancy-keyed placement; after each :attr:`REUSE_WINDOW` lookups,
+        bound the occupancy-keyed caches by :attr:`MAX_CACHE_ENTRIES` if at least :attr:`MIN_REUSE`
+        of them hit, else by :attr:`REUSE_WINDOW` (a big cluster's occupancy rarely repeats)."""
         window = self._occupancy_window
         window[0] += 1
         window[1] += hit
@@ -389,12 +366,9 @@ class FirstFitAllocator:
         return found
 
     def _memory_never_binds(self, graph: TrainingGraph, degree: int) -> tuple[int, ...] | None:
-        """The split sizes the graph uses at ``degree`` (ascending) when no server's memory can bind
-        its first-fit placement, else ``None`` (cached).
-
-        Memory cannot bind when all the job's ops together (each op's pair share) need less than the
-        smallest server's memory, with a margin that no float rounding of the running sums can
-        cross: every op then fits on the first block it is offered."""
+        """The split sizes the graph uses at ``degree`` (ascending) when all its ops together need
+        less than :attr:`UNBOUND_MEMORY_FRACTION` of the smallest server's memory (so every op fits
+        on the first block it is offered), else ``None`` (cached)."""
         key = (graph.fingerprint, degree)
         found = self._unbound.get(key, False)
         if found is False:
@@ -408,12 +382,9 @@ class FirstFitAllocator:
 
     def _place_unbound(self, graph: TrainingGraph, degree: int, sizes: tuple[int, ...], allowed: int,
                        region: Region | None) -> Placement | None:
-        """:meth:`_place` when memory cannot bind (:meth:`_memory_never_binds`): first fit then gives
-        every op of split size ``n`` the first free block of ``n`` servers (an op's parent of its
-        size holds that block too), so the placement is a function of those first blocks alone. They
-        are found without listing every free block, and the placement is cached by them: on a big
-        cluster occupancies rarely repeat, their first blocks often do. Equal to the op-by-op scan
-        (``tests/simulator/test_model.py``)."""
+        """:meth:`_place` when memory cannot bind (:meth:`_memory_never_binds`): every op of split
+        size ``n`` then gets the first free block of ``n`` servers, so the placement is cached by
+        those first blocks (equal to the op-by-op scan; ``tests/simulator/test_model.py``)."""
         index = self.free_index(allowed, region)
         firsts = []
         for n in sizes:
@@ -476,9 +447,7 @@ class FirstFitAllocator:
     @staticmethod
     def _hold_block(placement: Placement, block: Block) -> Placement:
         """Under ``split_ops=false`` a job holds its whole block of ``degree`` servers, whichever of
-        them its ops use (the degree is the servers it was given; which ones run ops is the op
-        placer's business). The signature stays that of the ops' servers: step times depend on
-        nothing else, so the lookahead cache is shared as before."""
+        them its ops use (the signature stays that of the ops' servers)."""
         if placement.mask == block.mask:
             return placement
         return Placement(placement.op_servers, tuple(sorted(block.servers)), block.mask, placement.signature)
