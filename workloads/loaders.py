@@ -95,13 +95,8 @@ def _unknown_format(path: Path, what: str) -> WorkloadError:
 
 
 def detect_graph_format(path: str | Path) -> DetectedGraph:
-    """Read ``path`` and recognise its format from the content (the suffix plays no part).
-
-    JSON (the text starts with ``{`` or ``[``) is a pacml document if it has ``format``,
-    ``version`` or ``ops``, a dnn-partitioning document if it has ``maxFPGAs``,
-    ``maxSizePerFPGA``, ``maxCPUs`` or ``nodes``; other text is a PipeDream profile if its first
-    line is a node line. A file that is half one format is read as that format, so that its
-    error names the field at fault.
+    """Read ``path`` and recognise its format from the content, not the suffix (the rules:
+    docs/workloads.md, "Graph formats").
 
     Raises:
         WorkloadError: If the file cannot be read, is not valid JSON (once it looks like JSON) or
@@ -172,17 +167,8 @@ def op_graph_of(detected: DetectedGraph, *, time_unit_s: float = PIPEDREAM_TIME_
 
 
 def op_graph_from_compute_graph(graph: ComputeGraph) -> OpGraph:
-    """Map a computation graph onto the cluster simulator's forward graph (which mirrors backward
-    ops itself).
-
-    * Ops are the forward nodes, in node order; edges are the edges between forward nodes.
-    * Forward time: the node's time on the reference kind (the accelerator of a dnn-partitioning
-      file, the GPU otherwise). Backward time: the reference-kind time of the backward nodes of
-      the node's group (colour class), shared among the group's forward nodes in proportion to
-      their forward time (equally if all are zero).
-    * ``parameter_bytes``: the node's memory; ``activation_bytes``: the largest ``bytes`` of its
-      edges to forward nodes (0 when the graph gives none).
-    * Times are in seconds (``time_unit_s=1``); loaders convert them to a scenario's clock.
+    """Map a computation graph onto the cluster simulator's forward graph, in seconds (the rules:
+    docs/workloads.md, "A computation graph as a pacml sim workload").
 
     Raises:
         WorkloadError: If that cannot be done: a forward node that cannot run on the reference
@@ -236,13 +222,9 @@ def op_graph_from_compute_graph(graph: ComputeGraph) -> OpGraph:
 def load_graph(path: str | Path, *, time_unit_s: float = PIPEDREAM_TIME_UNIT_S) -> OpGraph:
     """Load one graph file, recognising its format from the content, on the clock ``time_unit_s`` sets.
 
-    ``time_unit_s`` is the scenario's ``workload.profile_time_unit_s``: simulated seconds per
-    PipeDream profile millisecond. PipeDream ``graph.txt`` times are multiplied by it; a JSON
-    graph records the unit of its own times (``time_unit_s``, seconds by default; milliseconds in
-    a dnn-partitioning file) and is converted to the same clock, so a graph gives the same job
-    whichever format it comes in (in the paper scenario a JSON graph in seconds has its times
-    multiplied by 1000). A computation graph (dnn-partitioning, pacml JSON version 2) is mapped to
-    a forward graph by :func:`op_graph_from_compute_graph`, or refused with a clear error.
+    ``time_unit_s`` is the scenario's ``workload.profile_time_unit_s`` (simulated seconds per
+    PipeDream profile millisecond); every format is converted to that clock (docs/workloads.md,
+    "Time units of graphs"). A computation graph is mapped by :func:`op_graph_from_compute_graph`.
     """
     _check_time_unit(time_unit_s)
     return op_graph_of(detect_graph_format(path), time_unit_s=time_unit_s)

@@ -1,22 +1,8 @@
-"""Loader for PipeDream profiler ``graph.txt`` files (spec §2.2).
+"""Loader for PipeDream profiler ``graph.txt`` files (spec §2.2), read strictly so that no bad
+value is silently read as something else.
 
-Node line (no leading tab)::
-
-    node<ID> -- <layer description> -- forward_compute_time=<ms>, backward_compute_time=<ms>,
-    activation_size=<bytes or [b; b; ...]>, parameter_size=<bytes>[ -- stage_id=<int>]
-
-Edge line (leading tab)::
-
-    \\tnode<SRC> -- node<DST>
-
-List-valued activation sizes (GNMT's multi-output LSTMs) are summed, as PipeDream's own parser
-does. Times are milliseconds in the profiles; ``time_unit_s`` converts them to seconds.
-
-Parsing is strict, so that no bad value is silently read as something else: the four fields,
-each exactly once, separated by ``, ``; plain decimal numbers (no ``1,5``, ``1_000``, ``nan``,
-``inf``); lists closed and separated by ``;``; no text after the fields but ``-- stage_id=<int>``;
-values below ``MAX_OP_TIME_S`` / ``MAX_OP_BYTES`` (``workloads.graph``). The file must be UTF-8
-without control characters. Self-loops, duplicate edges and cycles are errors naming their line.
+Syntax and rules: docs/workloads.md ("Graph formats"). Times are milliseconds in the profiles;
+``time_unit_s`` converts them. Every error names the file, line and field.
 """
 
 from __future__ import annotations
