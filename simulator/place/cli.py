@@ -1,17 +1,8 @@
 """``pacml place``: put every op of one computation graph on a device, price it, write the results.
 
-Examples::
-
-    pacml place graph=bert24_training objective=pipeline method=round_robin
-    pacml place -m graph=resnet50,vgg16 method=single,round_robin,random devices=gpu4
-
-Config (``conf/place.yaml``): ``graph`` (a shipped name, a file or a graph folder), ``devices`` (a
-preset of ``conf/devices/``; ``auto``: a dnn-partitioning file's own set, else ``gpu4``),
-``objective`` (``step`` | ``latency`` | ``pipeline``), ``method`` (a placer of ``conf/method/``),
-``seed``. Each run writes ``placement.json``, ``summary.json`` and a Gantt chart (drawn by
-:mod:`analysis.gantt`, imported lazily) into its run directory, atomically. A placement that
-breaks a device's memory is a result (value ``inf``, reason named); a ``method=file`` placement
-that does is bad input (one line, exit status 2).
+Config ``conf/place.yaml``; what a run writes: docs/op-placement.md. A placement that breaks a
+device's memory is a result (value ``inf``, reason named); a ``method=file`` placement that does
+is bad input (one line, exit status 2).
 """
 
 from __future__ import annotations
@@ -180,16 +171,10 @@ def _cluster_topology(name: Any, field: str) -> Any:
 
 
 def cluster_block_device_sets(cluster: str, min_servers: int = 2) -> list[tuple[str, DeviceSet]]:
-    """One device set per (block size, mix of server kinds) that cluster preset ``cluster`` offers.
-
-    Every block size of at least ``min_servers`` servers, and for each the first first-fit block of
-    every distinct count of each server kind (``ramp32_hetero``: 8 fast, 8 slow, or 4 + 4 at size 8).
-    Servers of one kind are interchangeable under the point-to-point link, so these are all the
-    device sets a job's block can be. Names: ``<cluster>/<servers>:<kind>x<count>+...``.
-
-    Raises:
-        ConfigError: (field ``presets``) an unknown cluster preset.
-    """
+    """One device set per (block size >= ``min_servers``, mix of server kinds) that cluster preset
+    ``cluster`` offers: all the device sets a job's block can be (servers of one kind are
+    interchangeable). Names: ``<cluster>/<servers>:<kind>x<count>+...``; an unknown preset is a
+    ConfigError (field ``presets``)."""
     topology = _cluster_topology(cluster, "presets")
     out: list[tuple[str, DeviceSet]] = []
     for size in topology.degrees:

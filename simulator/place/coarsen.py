@@ -1,12 +1,7 @@
 """Coarsening of big computation graphs (HSDAG-style) and the placer that places the coarse graph.
 
-:func:`coarsen` merges whole *groups* into at most ``max_groups`` *clusters* (never splitting a
-group), by ``chain`` (edge contraction, heaviest transfer first; the forward quotient graph is
-acyclic) or ``metis``; the coarse graph only relabels ``group``, so any placement of it is a
-valid fine placement. :class:`CoarsenedPlacer` (``method=coarse``) coarsens, lets an inner placer
-place the (contracted, when acyclic) cluster graph, then refines on the fine graph with the local
-search's hill climb (:func:`simulator.place.local_search.climb_groups`). Methods and guarantees
-in detail: docs/op-placement.md ("Coarsening").
+Methods, guarantees and :class:`CoarsenedPlacer` (``method=coarse``) in detail:
+docs/op-placement.md ("Coarsening").
 """
 
 from __future__ import annotations
@@ -165,13 +160,8 @@ class Coarsening:
         return self.graph.num_groups
 
     def contracted(self) -> tuple[ComputeGraph, NDArray[np.int64]]:
-        """One node per (cluster, pass): ``(graph, node_of_fine_node)``.
-
-        Member times and memory are summed (a cluster runs on one device, one node at a time);
-        edges between two contracted nodes are merged, bytes and fixed costs summed. It is a
-        stand-in for placing the clusters cheaply, not an exact model: the fine objective prices
-        the expanded placement. Raises ``ValueError`` if the contracted graph has a cycle.
-        """
+        """One node per (cluster, pass), times, memory and edge bytes summed: ``(graph,
+        node_of_fine_node)``, a cheap stand-in the fine objective re-prices (``ValueError`` on a cycle)."""
         g = self.fine
         key = self.graph.group * 2 + g.is_backward.astype(np.int64)
         node = _dense(key)
@@ -298,15 +288,10 @@ def _chain(num_groups: int, gs, gd, gw, weight, max_groups: int, width: int = 1)
 
 def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed: int = 0,
             width: int = 1) -> Coarsening:
-    """Merge whole groups of ``graph`` into at most ``max_groups`` clusters (module docstring).
+    """Merge whole groups of ``graph`` into at most ``max_groups`` clusters (docs/op-placement.md).
 
-    ``width`` (chain only): same-level clusters are packed into ``width`` lanes per level (the i-th
-    cluster of a level into lane ``i mod width``), keeping up to ``width`` parallel branches or
-    shards of a level apart while the count allows.
-
-    Raises:
-        ConfigError: ``max_groups < 1`` or an unknown method (naming ``method.max_groups`` /
-            ``method.method``).
+    ``width`` (chain only): same-level clusters are packed into ``width`` lanes per level, keeping
+    up to ``width`` parallel branches of a level apart while the count allows.
     """
     if isinstance(max_groups, bool) or not isinstance(max_groups, int | np.integer) or max_groups < 1:
         raise ConfigError(f"must be an integer >= 1, got {max_groups!r}", field="method.max_groups")
@@ -385,18 +370,16 @@ def _coarse_scope(info: dict[str, Any]) -> dict[str, Any]:
 
 
 class CoarsenedPlacer:
-    """Coarsen, place the clusters with an inner placer, refine on the fine graph (module docstring).
+    """Coarsen, place the clusters with an inner placer, refine on the fine graph (docs/op-placement.md).
 
     Args:
-        inner: The inner placer: a name of ``conf/method/`` (``heft``, ``m_etf``, ``learned``...), or a
-            placer object.
+        inner: A method name of ``conf/method/`` (``heft``, ``learned``...) or a placer object.
         max_groups: Largest number of clusters.
         method: ``chain`` or ``metis`` (see :func:`coarsen`).
-        refine_evaluations: Budget of evaluations on the fine graph after the inner placer, the pricing of
-            the coarse placement included (0 or 1: no refinement moves).
-        width: Lanes of the chain method's same-level merges (see :func:`coarsen`).
-        contract: Let the inner placer see the contracted graph (one node per cluster and pass) when
-            the clustering is acyclic; ``False``: the coarse graph with every node.
+        refine_evaluations: Evaluations on the fine graph after the inner placer, the coarse
+            placement's pricing included (0 or 1: no moves).
+        width: Lanes of the chain method (see :func:`coarsen`).
+        contract: Let the inner placer see the contracted graph when the clustering is acyclic.
         inner_args: Overrides of the inner method's config (only with ``inner`` a name).
     """
 

@@ -1,20 +1,7 @@
 """Device sets for op placement: devices (kind, speed, memory) and the links between them.
 
-A device runs one node at a time. A node's time on a device is the graph's time for the device's kind
-when the graph has one, else the reference kind's time divided by the device's speed (see
-:meth:`workloads.compute_graph.ComputeGraph.node_time_s`). A transfer between two devices takes ``latency + bytes / bandwidth`` on their link
-(zero on one device), unless the graph gives the edge a fixed cost (dnn-partitioning files).
-
-Link layouts:
-
-* ``full_mesh`` (default): RAMP, every device one optical hop from every other, the same
-  bandwidth and latency on every link.
-* ``two_level``: ``devices_per_server`` devices share a server with fast links (NVLink-like);
-  links between servers are slower.
-* ``host_accelerator``: devices of kind ``cpu`` are hosts; a host-accelerator link (PCIe-like)
-  and an accelerator-accelerator link (peer) have their own bandwidth and latency.
-
-Presets live in ``conf/devices/*.yaml`` and are built by :func:`device_set_from_config`.
+Node times and link layouts (``full_mesh``, ``two_level``, ``host_accelerator``): docs/op-placement.md
+("Devices"). Presets live in ``conf/devices/*.yaml`` and are built by :func:`device_set_from_config`.
 """
 
 from __future__ import annotations
@@ -43,8 +30,7 @@ class Device:
         name: Unique name (e.g. ``gpu0``).
         kind: Device kind; devices of one kind are interchangeable up to speed and memory.
         speed: Speed relative to the graph's reference kind, used where the graph has no times of
-            its own for this kind (a GPU-profiled graph on a CPU of speed 0.1 runs 10x slower; a
-            dnn-partitioning file's ``cpuLatency`` is used as it is).
+            its own for this kind.
         memory_bytes: Memory capacity (``inf``: unlimited, e.g. host memory).
     """
 

@@ -1,18 +1,7 @@
 """A person's split: the shipped human-expert splits, a user's split file, or contiguous layers.
 
-* When a split file exists for the graph (``workloads/data/dnn_partitioning/human-experts/
-  <graph>_expert.json``; a training graph without its own file uses its inference split) or the
-  user names one (``method.path``), its ``cpus[i].nodes`` go to the i-th CPU device and its
-  ``fpgas[i].nodes`` to the i-th accelerator, by node id. Nodes the file does not name (the
-  backward nodes of a training graph) follow the other nodes of their group (colour class), as
-  the paper's program does.
-* Otherwise the split a person would write: the groups in layer order (forward nodes in
-  topological order, each as late as possible), cut into one contiguous chunk per accelerator of
-  roughly equal compute (a faster device gets a larger share), a chunk closed early when the next
-  group would overflow its memory; what the accelerators cannot hold goes to the host CPU.
-
-The file format (msr-fiddle/dnn-partitioning): a JSON object with ``cpus`` and ``fpgas``, lists of
-``{"load": ..., "nodes": [ids]}`` (``load`` is ignored); tabs and blank lines are fine.
+Both the file format and the contiguous split: docs/op-placement.md ("The heuristics and searches
+in detail").
 """
 
 from __future__ import annotations
@@ -134,13 +123,8 @@ def layer_order(graph) -> list[int]:
 
 
 def contiguous_layers(objective: BoundObjective) -> tuple[NDArray[np.int64], dict[str, Any]]:
-    """Groups in layer order (:func:`layer_order`) cut into one chunk per accelerator, balanced by compute.
-
-    Device ``d``'s chunk aims at a share of the total compute proportional to its speed; a chunk
-    ends early when the next group would not fit its memory. When the last accelerator is full,
-    the remaining groups go to the host CPU if there is one. Returns the placement and facts for
-    ``summary.json`` (``memory_respected`` false when a device had to take more than it holds).
-    """
+    """Groups in layer order (:func:`layer_order`) cut into one chunk per accelerator, balanced by
+    compute (docs/op-placement.md); returns the placement and facts for ``summary.json``."""
     g, dev = objective.graph, objective.devices
     cpus = [i for i, d in enumerate(dev.devices) if d.kind == CPU_KIND]
     accs = [i for i, d in enumerate(dev.devices) if d.kind != CPU_KIND] or cpus[:1]
@@ -182,8 +166,7 @@ class ExpertPlacer:
     """A person's split (see module docstring).
 
     Args:
-        path: A split file to use (``cpus[].nodes`` / ``fpgas[].nodes`` by node id); ``None``:
-            the shipped split for the graph if any, else contiguous layers balanced by compute.
+        path: A split file (``None``: the shipped split for the graph if any, else contiguous layers).
         shipped: Whether to look for a shipped split when ``path`` is not given.
     """
 

@@ -1,12 +1,6 @@
-"""``method=file``: evaluate a placement read from a JSON file instead of searching for one.
-
-The file maps node names to device names, either as a plain object ``{"op": "gpu0", ...}`` or
-as the ``placement`` object of a ``placement.json`` that ``pacml place`` wrote (so a run's
-placement can be re-priced under another objective or device set). Every node of the graph
-must be named exactly once, every device must exist, a group (an op and its backward mirror,
-a colour class) must sit on one device, and the devices must hold what the file puts on them:
-anything else is bad input (:class:`workloads.errors.WorkloadError` naming the file, and the
-line where it can), not a result.
+"""``method=file``: evaluate a placement read from a JSON file (op name -> device name, or a
+``placement.json`` of ``pacml place``) instead of searching for one; a file that is not a sound
+placement is bad input (docs/op-placement.md).
 """
 
 from __future__ import annotations

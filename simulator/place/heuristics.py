@@ -1,14 +1,7 @@
 """Heuristic op placers: HEFT, Baechi's m-TOPO / m-ETF / m-SCT, METIS min-cut and PipeDream.
 
-Every placer decides per *group* (an op and its backward mirror; a colour class): the group goes
-where its first scheduled node goes. Node times come from the bound objective (``inf`` where a
-kind cannot run a node) and transfer times from the links (or an edge's fixed cost), so any device
-set works. The list schedulers report their own schedule's makespan (``info["own_makespan_s"]``)
-beside the objective's value (``info["objective_s"]``): their order is not the step model's. A
-group goes only to a device with room for all of it; failing that, to the capable device with the
-most free memory (counted in ``info["memory_fallback_groups"]``; the objective prices it ``inf``).
-Graphs whose backward pass follows the forward pass, and the ``latency`` objective, are scheduled
-in two phases, as the objectives do.
+Each decides per group and prices its result with the objective; the rules they share and each
+method in detail: docs/op-placement.md ("The heuristics and searches in detail").
 """
 
 from __future__ import annotations
@@ -159,11 +152,7 @@ class _Heuristic:
 
 # ---------------------------------------------------------------------- HEFT
 class HeftPlacer(_Heuristic):
-    """HEFT (Topcuoglu, Hariri and Wu, 2002): upward rank on mean costs, then each node in
-    decreasing rank on the device giving its earliest finish time, with insertion into idle gaps.
-
-    The decision is per group: a group's device is chosen when its first node is scheduled (only
-    among devices with room for the whole group); its other nodes follow.
+    """HEFT (Topcuoglu, Hariri and Wu, 2002), deciding per group (see docs/op-placement.md).
 
     Args:
         insertion: Use idle gaps between scheduled nodes (the paper's policy); ``False`` appends.
@@ -246,16 +235,8 @@ def _baechi_devices(p: HeuristicProblem, use_cpu: bool) -> NDArray[np.bool_]:
 
 
 class MTopoPlacer(_BaechiPlacer):
-    """Baechi's m-TOPO (Jeon et al., SoCC 2020): groups in topological order fill one device after
-    another, each up to an equal share of the total memory (capped by the device's capacity).
-
-    With no memory figures (all zero) the share is of compute time instead. Its own schedule
-    (``info["own_makespan_s"]``) runs each device's nodes in topological order.
-
-    Args:
-        use_cpu: Also fill CPU devices (Baechi places on accelerators; CPU-only groups go to a CPU
-            whatever this says).
-    """
+    """Baechi's m-TOPO: groups in topological order fill one device after another, each up to an
+    equal share of the memory (or compute); ``use_cpu``: also fill CPU devices."""
 
     name = "m_topo"
 
@@ -315,11 +296,9 @@ def _group_order(p: HeuristicProblem) -> list[int]:
 
 def _etf(p: HeuristicProblem, allowed: NDArray[np.bool_],
          fav_parent: NDArray[np.int64] | None) -> tuple[NDArray[np.int64], float, int, int]:
-    """Earliest-task-first list scheduling (Hwang et al. 1989) with Baechi's memory check: among
-    every ready node and every device with room for its group, start the pair that can start
-    first (ties: larger upward rank, then lower node and device index); devices run one node at a
-    time, no insertion. ``fav_parent`` (m-SCT) pins a node to its favourite parent's device.
-    Returns (group device, own makespan, fallback groups, favourite children kept)."""
+    """Earliest-task-first list scheduling with Baechi's memory check (docs/op-placement.md);
+    ``fav_parent`` (m-SCT) pins a node to its favourite parent's device. Returns (group device,
+    own makespan, fallback groups, favourite children kept)."""
     group_device = np.full(p.num_groups, -1, dtype=np.int64)
     placement = np.zeros(p.n, dtype=np.int64)
     finish = np.zeros(p.n)
@@ -388,12 +367,8 @@ def _etf(p: HeuristicProblem, allowed: NDArray[np.bool_],
 
 
 class METFPlacer(_BaechiPlacer):
-    """Baechi's m-ETF: earliest-task-first list scheduling with a memory check per device.
-
-    Args:
-        use_cpu: Also place on CPU devices (Baechi places on accelerators; CPU-only groups go to a
-            CPU whatever this says).
-    """
+    """Baechi's m-ETF: earliest-task-first list scheduling with a memory check per device;
+    ``use_cpu``: also place on CPU devices."""
 
     name = "m_etf"
     #: Keep a node with its favourite parent (m-SCT).
@@ -410,10 +385,8 @@ class METFPlacer(_BaechiPlacer):
 
 
 def favourite_parents(p: HeuristicProblem) -> NDArray[np.int64]:
-    """SCT's favourite child relation, greedily: edges by decreasing mean transfer time, each node
-    keeps at most one favourite child and is the favourite of at most one parent (a maximal
-    matching; Hanen and Munier round an LP relaxation of the same matching). Returns each node's
-    favourite parent, or -1. Edges between phases are not eligible."""
+    """SCT's favourite parent of each node (-1: none), a greedy maximal matching of the edges
+    by decreasing mean transfer time within a phase (docs/op-placement.md)."""
     parent = np.full(p.n, -1, dtype=np.int64)
     has_child = np.zeros(p.n, dtype=bool)
     for e in np.argsort(-p.mean_edge_time_s, kind="stable").tolist():
@@ -427,13 +400,8 @@ def favourite_parents(p: HeuristicProblem) -> NDArray[np.int64]:
 
 
 class MSCTPlacer(METFPlacer):
-    """Baechi's m-SCT: ETF plus SCT's favourite children (Hanen and Munier's small-communication-
-    time algorithm): a node whose favourite parent is placed goes to the parent's device when that
-    device has room for its group, so the heaviest transfers stay on one device.
-
-    Args:
-        use_cpu: Also place on CPU devices (see :class:`METFPlacer`).
-    """
+    """Baechi's m-SCT: m-ETF keeping a node on its favourite parent's device when that has room
+    (SCT's favourite children)."""
 
     name = "m_sct"
     favourites = True
@@ -472,14 +440,8 @@ def metis_adjacency(num_groups: int, gu: NDArray[np.int64], gv: NDArray[np.int64
 
 
 class MetisPlacer:
-    """Balanced min-cut partitioning with METIS (pymetis) of the group graph.
-
-    Vertices are groups weighted by compute (mean time over the devices able to run them); edge
-    weights are the transfer times between two groups (an edge's fixed cost, else its bytes over
-    the mean link), one unit for graphs whose edges give only bytes and those that give costs. With ``parts`` unset the graph is cut into one part per device, part ``k``'s target
-    share proportional to device ``k``'s speed (``balance: speed``) or equal (``balance: equal``);
-    with ``parts`` set, parts go biggest first to the fastest devices. Groups a device cannot run
-    or hold are then moved to the fastest capable device with room (``info["repaired_groups"]``).
+    """Balanced min-cut partitioning of the group graph with METIS (pymetis), then groups a device
+    cannot run or hold repaired (docs/op-placement.md).
 
     Args:
         parts: Number of parts (``None``: one per device).
@@ -555,9 +517,8 @@ def _fastest_fit(p: HeuristicProblem, grp: int, used: NDArray[np.float64],
 
 
 def _repair(p: HeuristicProblem, group_device: NDArray[np.int64], speed: NDArray[np.float64]) -> tuple[NDArray[np.int64], int, int]:
-    """Move groups a device cannot run or hold to the fastest capable device with room.
-
-    Groups are kept in order of decreasing memory on their device, so the big ones stay put."""
+    """Move groups a device cannot run or hold to the fastest capable device with room, biggest
+    groups first (so the big ones stay put); returns (group device, repaired, fallback)."""
     out = np.asarray(group_device, dtype=np.int64).copy()
     used = np.zeros(p.d)
     repaired = fallback = 0
@@ -574,21 +535,9 @@ def _repair(p: HeuristicProblem, group_device: NDArray[np.int64], speed: NDArray
 
 # ---------------------------------------------------------------------- PipeDream
 class PipeDreamPlacer(_BaechiPlacer):
-    """PipeDream's partitioner (Narayanan et al., SOSP 2019), without replication.
-
-    The groups are linearised into a chain (the order of their first forward node in a topological
-    order, as soon as possible or as late as possible, whichever splits better; groups with
-    backward nodes only slot in by the reverse of the backward order), then PipeDream's dynamic
-    programme splits the chain into consecutive stages, stage ``k`` on the ``k``-th accelerator
-    (index order; fewer stages allowed), minimising the slowest stage. A stage costs its compute on
-    its device plus the transfers across its two boundaries (each node sending across a boundary
-    pays its transfer time once: the edge's cost, or its bytes over the mean link), which is how
-    the max-load objective charges them; a CPU stage pays none, as in that model. Groups no accelerator can run go to the fastest capable
-    device (the CPU). Stages that overflow a device's memory are not allowed.
-
-    Args:
-        use_cpu: Let the CPU take a stage too (PipeDream splits over accelerators only).
-    """
+    """PipeDream's partitioner (Narayanan et al., SOSP 2019) without replication: the groups as a
+    chain split into consecutive stages on the accelerators, minimising the slowest stage
+    (docs/op-placement.md); ``use_cpu``: let the CPU take a stage too."""
 
     name = "pipedream"
 
@@ -611,9 +560,7 @@ class PipeDreamPlacer(_BaechiPlacer):
     def _run(self, objective: BoundObjective) -> PlacerResult:
         p = HeuristicProblem(objective)
         g = objective.graph
-        # Two linearisations: nodes as soon as possible (Kahn's order) and as late as possible
-        # (the reversed graph's order, reversed), so that a tensor used only late (a tied
-        # embedding's transpose) does not cross every stage boundary; the better split wins.
+        # As soon as possible (Kahn's order) and as late as possible; the better split wins.
         asap = list(g.topological_order)
         alap = list(reversed(topological_order(g.num_nodes, g.edges[:, ::-1])))
         best: PlacerResult | None = None

@@ -1,14 +1,9 @@
-"""Compiled (numba) list-scheduling kernel: the semantics of :func:`simulator.step_model.list_schedule`, faster.
+"""Compiled (numba) list scheduling: :func:`simulator.step_model.list_schedule`, faster.
 
-:func:`simulator.step_model.list_schedule` is the readable reference shared by the cluster
-simulator and the op placer's ``step`` / ``latency`` objectives; a search calls it thousands of
-times per second, so this module re-implements it on flat arrays with the same floating-point
-operations in the same order (equal bit for bit; ``tests/simulator/place/test_objectives.py``):
-events ``(time, kind, task)``, finishes before releases, all events of one time processed
-together, then every touched idle device starts its shortest ready task (ties by index); a task
-is ready when every in-edge has arrived. Per-device ready queues are binary heaps of static
-ranks in one ``n``-slot array. :func:`scheduled_value` prices a whole placement (node and edge
-times, memory and kinds, every phase) in one compiled call. Compiled on first use, cached on disk.
+The same floating-point operations in the same order on flat arrays (equal bit for bit;
+``tests/simulator/place/test_objectives.py``): events ``(time, kind, task)``, finishes before
+releases, then every touched idle device starts its shortest ready task (ties by index).
+Compiled on first use, cached on disk.
 """
 
 from __future__ import annotations
@@ -132,19 +127,11 @@ def _touch(touched, is_touched, ntouched, s):
 
 @njit(cache=True)
 def list_schedule_nb(out_ptr, out_dst, indeg, out_dur, dur, server, sources, num_servers, start, finish):
-    """The compiled kernel (see module docstring); fills ``start`` and ``finish`` in place.
+    """The compiled kernel; fills ``start`` and ``finish`` in place.
 
-    Args:
-        out_ptr, out_dst, out_dur: CSR successors of each task and the duration of each edge.
-        indeg: In-degree of each task.
-        dur: Duration of each task.
-        server: Device of each task, in ``0..num_servers-1``.
-        sources: Tasks with no in-edge.
-        num_servers: Number of devices.
-        start, finish: Output arrays of length ``n``.
-
-    Returns:
-        Whether every task was scheduled (``False``: the graph has a cycle).
+    ``out_ptr``, ``out_dst``, ``out_dur``: CSR successors of each task and each edge's duration;
+    ``server`` in ``0..num_servers-1``; ``sources``: tasks with no in-edge. Returns whether every
+    task was scheduled (``False``: the graph has a cycle).
     """
     n = dur.shape[0]
     order, rank, base = _ready_queues(dur, server, num_servers)
@@ -209,14 +196,8 @@ def list_schedule_nb(out_ptr, out_dst, indeg, out_dur, dur, server, sources, num
 
 def list_schedule_fast(out_ptr, out_dst, indeg, out_dur, dur, server, sources,
                        num_servers: int | None = None) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """:func:`simulator.step_model.list_schedule` on the compiled kernel (same arguments; arrays or lists).
-
-    Returns:
-        ``(start, finish)`` arrays.
-
-    Raises:
-        RuntimeError: If some task never becomes ready (a cycle).
-    """
+    """:func:`simulator.step_model.list_schedule` on the compiled kernel (same arguments): ``(start,
+    finish)`` arrays; ``RuntimeError`` on a cycle."""
     server_a = np.ascontiguousarray(server, dtype=np.int64)
     n = server_a.shape[0]
     if num_servers is None:
@@ -238,13 +219,10 @@ def scheduled_value(placement, time_s, memory_bytes, capacity_bytes, src, dst, h
                     csr_dst, phase_indeg, src_off, phase_sources, start, finish):
     """Value of a ``step`` / ``latency`` placement in one compiled call (see ``objectives._ScheduledObjective``).
 
-    Checks the device indices, memory (with the objectives' 1e-12 relative slack) and device
-    kinds, prices every edge as :meth:`BoundObjective.edge_time_s` does, then list-schedules each
-    phase (forward, then backward behind a barrier) and shifts it by the previous phase's end.
-    ``start`` and ``finish`` receive the timeline.
-
-    Returns:
-        The makespan in seconds; ``inf`` if infeasible; ``nan`` if a device index is out of range.
+    Checks device indices, memory (1e-12 relative slack) and kinds, prices every edge as
+    :meth:`BoundObjective.edge_time_s` does, then list-schedules each phase behind the previous
+    one, filling ``start`` and ``finish``. Returns the makespan; ``inf`` if infeasible; ``nan`` if
+    a device index is out of range.
     """
     n = placement.shape[0]
     num_devices = capacity_bytes.shape[0]

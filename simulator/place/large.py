@@ -1,16 +1,7 @@
 """Big computation graphs (10,000-100,000 ops) for op placement at scale, built in seconds (numpy only).
 
-Three families, each loadable by name (``pacml place graph=<name>``, :func:`big_graph`):
-
-* ``<pipedream model>_x<k>`` (e.g. ``densenet121_x16``): a shipped PipeDream graph split ``k`` ways
-  by the cluster simulator's partitioner (physical scenario); nodes are the sub-ops, a group pairs
-  a forward sub-op with the same-index sub-op of its mirror, edges are the non-sync dependencies
-  (weight-sync messages never gate a sub-op and would make the graph cyclic);
-* ``<pipedream model>_stack<L>`` (e.g. ``gnmt_stack8``): ``L`` copies chained end to end (GDP's way
-  of reaching deep-model scale);
-* ``transformer<L>``: ``L`` transformer layers of :data:`TRANSFORMER_HEADS` heads, one node per
-  head's projection and attention (72 forward ops a layer), times from FLOPs at :data:`GPU_FLOPS`
-  and fp16 sizes (stand-ins of the right shape, not a profile).
+``<pipedream model>_x<k>``, ``<pipedream model>_stack<L>`` and ``transformer<L>``, loadable by
+name (:func:`big_graph`); see docs/op-placement.md ("Big graphs").
 """
 
 from __future__ import annotations

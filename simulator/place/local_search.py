@@ -1,17 +1,8 @@
 """Search baselines: the reference program's local search and simulated annealing.
 
-* :class:`LocalSearchPlacer` (``local_search``) is the local search of Tarnawski et al.'s program
-  (msr-fiddle/dnn-partitioning, ``-localSearch 10``): from a random placement of the groups on the
-  accelerators, make the single-group move that lowers the objective most, until none lowers it by
-  more than ``1e-8`` s; ``restarts`` times, keeping the best. Its moves never use the CPU, and it
-  ignores memory unless ``respect_memory`` is set. Unlike the program it also climbs from the best
-  simple placement (:func:`best_simple_start`) and keeps that start if every climb ends worse once
-  memory is counted (random starts can end in local optima worse than one device).
-* :class:`AnnealPlacer` (``anneal``) is simulated annealing on any objective: group moves and
-  swaps, memory respected, a budget of evaluations, from the best simple placement (never worse).
-
-On the ``pipeline`` objective with one transfer time per sending node, a move is priced
-incrementally by a compiled kernel (O(degree x devices)); each priced move is one evaluation.
+Both move whole groups; on the ``pipeline`` objective with one transfer time per sending node a
+move is priced incrementally by a compiled kernel. In detail: docs/op-placement.md ("The
+heuristics and searches in detail").
 """
 
 from __future__ import annotations
@@ -275,10 +266,8 @@ class SimpleStart:
 def best_simple_start(objective: BoundObjective, *, budget: int = -1) -> SimpleStart:
     """The best of: every device alone, HEFT, m-ETF and (``pipeline`` objective) PipeDream's split.
 
-    A search that climbs from this start too never ends worse than the simple placements a user
-    would try first. Candidates are priced in that order, each one or (a single device) one
-    evaluation, while ``budget`` (``-1``: none) allows; the first one is always priced. Ties keep
-    the earlier candidate, so a single device wins over an equal heuristic.
+    Priced in that order while ``budget`` (``-1``: none) allows, the first always; ties keep the
+    earlier candidate, so a single device wins over an equal heuristic.
     """
     g, dev = objective.graph, objective.devices
     before = objective.evaluations
@@ -313,12 +302,11 @@ def best_simple_start(objective: BoundObjective, *, budget: int = -1) -> SimpleS
 
 # ---------------------------------------------------------------------- local search
 class LocalSearchPlacer:
-    """The reference program's local search over group moves among accelerators (module docstring),
-    plus a first climb from the best simple placement, so that it never ends worse than that.
+    """The reference program's local search over group moves among accelerators, plus a first
+    climb from the best simple placement, so that it never ends worse than that.
 
     Args:
-        restarts: Random starting placements (the program's ``-localSearch 10``); the climb from
-            the best simple placement comes on top.
+        restarts: Random starting placements (the program's ``-localSearch 10``).
         max_evaluations: Budget of evaluations: the start's pricing and the priced moves of every
             climb (``None``: every climb to convergence).
         respect_memory: Skip moves that overflow a device (the program ignores memory).
@@ -475,13 +463,12 @@ class LocalSearchPlacer:
 def climb_groups(objective: BoundObjective, group_device: NDArray[np.int64], movable: NDArray[np.int64], *,
                  max_evaluations: int, move_rule: str = "first",
                  respect_memory: bool = True) -> tuple[NDArray[np.int64], float, int]:
-    """One hill climb of single-group moves from ``group_device`` (the local search's generic climb),
-    for refining a given placement (``simulator.place.coarsen``): only ``movable`` groups move, to
-    any device able to run (and, with ``respect_memory``, hold) them.
+    """One hill climb of single-group moves of the ``movable`` groups from ``group_device`` (for
+    refining a given placement, ``simulator.place.coarsen``).
 
     Returns:
-        ``(group_device, value, evaluations)``: the climbed assignment, its value (never worse than
-        the start's) and the evaluations used (the start's included; at most ``max_evaluations``).
+        ``(group_device, value, evaluations)``: value never worse than the start's; evaluations
+        include the start's and are at most ``max_evaluations``.
     """
     climber = LocalSearchPlacer(restarts=1, max_evaluations=max_evaluations, respect_memory=respect_memory,
                                 move_rule=move_rule)
@@ -502,15 +489,8 @@ def group_time(objective: BoundObjective) -> NDArray[np.float64]:
 
 # ---------------------------------------------------------------------- annealing
 class AnnealPlacer:
-    """Simulated annealing over group placements on any objective, memory respected.
-
-    A proposal moves one group to another device that can run and hold it, or (with probability
-    ``swap_probability``) swaps the devices of two groups; each priced proposal is one evaluation.
-    The temperature falls geometrically from ``initial_temperature`` to ``final_temperature``
-    (both relative to the starting value) over the budget. The start is the best simple placement
-    (:func:`best_simple_start`: each device alone, HEFT, m-ETF, PipeDream's split on ``pipeline``),
-    else, when none of them fits, a memory-aware greedy fill; the best placement seen is kept, so
-    the result is never worse than the start.
+    """Simulated annealing over group moves and swaps on any objective, memory respected, from the
+    best simple placement (never worse than it; docs/op-placement.md).
 
     Args:
         max_evaluations: Budget of evaluations.

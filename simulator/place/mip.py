@@ -1,13 +1,6 @@
 """An exact MIP of the ``pipeline`` (max-load) objective, solved by HiGHS with a time limit.
 
-Binary ``x[g, d]`` puts group ``g`` on device ``d`` (memory capacities respected), ``y[u, d]``
-charges node ``u``'s transfer time to a device that sends or receives it (a CPU pays none), and
-``load[d] = sum_g time[g, d] x[g, d] + sum_u c(u) y[u, d] <= T``; minimise ``T``, with
-:func:`pigeonhole_bound` as a cut and symmetry breaking among interchangeable devices. Times are
-milliseconds inside the solver. Placements need not be contiguous (it may beat the DP); when an
-edge's time depends on its link the model is a relaxation (its bound stays valid, value and gap
-are the objective's). ``info`` holds the value, bound, gap ``(value - bound) / value``, status
-and time. The model in full: docs/op-placement.md ("The MIP model").
+The model in full: docs/op-placement.md ("The MIP model").
 """
 
 from __future__ import annotations
@@ -152,12 +145,8 @@ PROVEN_GAP = 1e-6
 
 
 def _status(solver_status: str, exact: bool, gap: float) -> str:
-    """The solver's status in words that claim an optimum only where one is proven.
-
-    HiGHS says ``Optimal`` when it stops within ``mip_gap`` of its own model's bound; that model is
-    a relaxation when ``exact`` is false, and ``mip_gap`` is 0.1 % by default, so its word alone
-    could call a placement optimal that is not proven to be.
-    """
+    """The solver's status in words that claim an optimum only where one is proven (HiGHS says
+    ``Optimal`` within ``mip_gap``, 0.1 % by default, of a model that may be a relaxation)."""
     if solver_status != "Optimal" or (exact and gap <= PROVEN_GAP):
         return solver_status
     if not exact:
@@ -358,10 +347,8 @@ def pigeonhole_bound(gtime: NDArray[np.float64], no_comm: NDArray[np.bool_]) -> 
     """A lower bound on the max load that the LP relaxation misses (a valid cut on ``T``).
 
     For a candidate ``T``, the groups too slow for every CPU within ``T`` must go to the ``A``
-    accelerators, so one accelerator takes at least ``ceil(|B| / A)`` of them and its load is at
-    least the sum of that many of their smallest accelerator times. The bound is the least ``T``
-    at or above that sum. Near-equal layers (BERT's 24) make the LP balance fractions of layers;
-    this counts them whole, which closes most of the gap at the root. Communication only adds.
+    accelerators, so one takes at least ``ceil(|B| / A)`` of them: the bound is the least ``T`` at
+    or above the sum of that many of their smallest accelerator times.
     """
     acc = ~no_comm
     a = int(acc.sum())
