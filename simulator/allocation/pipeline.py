@@ -17,6 +17,7 @@ Formulas and keys: docs/pipeline.md ("scenario=pipeline").
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -96,9 +97,18 @@ class PipelineCut:
     reason: str
 
 
+def input_ops(graph: TrainingGraph) -> NDArray[np.int64]:
+    """The forward ops that load data: PipeDream's ``Input``, ``Input0``, ... (no predecessor)."""
+    f = graph.forward
+    fed = set(f.edges[:, 1].tolist())
+    return np.array([i for i, label in enumerate(f.labels) if i not in fed and re.fullmatch(r"Input\d*", label)],
+                    dtype=np.int64)
+
+
 def job_compute_graph(graph: TrainingGraph, settings: PipelineSettings, degree: int) -> ComputeGraph:
     """The graph a stage placer sees for ``graph`` at ``degree``: its training step in seconds
-    (:meth:`ComputeGraph.from_training_graph`) cut into ``M`` micro-batches, with the pipeline's
+    (:meth:`ComputeGraph.from_training_graph`; :func:`input_ops` take no time when
+    ``input_loading=prefetched``) cut into ``M`` micro-batches, with the pipeline's
     memory per node (one memory model): forward op ``i`` carries ``state_factor x P_i + n x A_i / M``
     and backward nodes nothing, ``n`` the most micro-batches any stage holds in flight (GPipe
     ``M``, 1F1B ``min(degree, M)``: stage 0's). The sum over a device is therefore an upper bound of
@@ -107,7 +117,13 @@ def job_compute_graph(graph: TrainingGraph, settings: PipelineSettings, degree: 
     placer finds feasible always fits, and only a later stage within ``(n - n_i) x A_i / M`` of its
     server's memory is refused that would have fitted."""
     m = settings.micro_batches
-    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), m)
+    g = ComputeGraph.from_training_graph(graph)
+    if settings.input_loading == "prefetched":  # loaded on the host, overlapped: on no stage
+        t = g.kind_time_s[g.reference_kind].copy()
+        ops = input_ops(graph)
+        t[np.concatenate([ops, ops + graph.forward.num_ops])] = 0.0  # forward nodes and their mirrors
+        g = replace(g, kind_time_s={g.reference_kind: t})
+    g = micro_batch_graph(g, m)
     n = int(in_flight(settings.schedule, degree, m)[0]) if degree else m
     params, acts = training_graph_bytes(graph)
     return replace(g, memory_bytes=settings.state_factor * params + n * acts / m)

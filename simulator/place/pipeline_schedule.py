@@ -45,6 +45,8 @@ from workloads.graph import TrainingGraph
 
 #: Pipeline schedules (both flush once per iteration).
 SCHEDULES = ("gpipe", "1f1b")
+#: Where data loading runs (:attr:`PipelineSettings.input_loading`).
+INPUT_LOADING = ("prefetched", "profiled")
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,15 @@ class PipelineSettings:
         micro_batches: ``M``, micro-batches per iteration (GPipe: the bubble is small for ``M >= 4k``).
         state_factor: Bytes of weights, gradients and optimiser state per parameter byte (fp32 Adam:
             4 + 4 + 8 bytes per 4-byte parameter = 4; GPipe's RMSProp: 3).
+        input_loading: ``prefetched``: data loading (a profile's ``Input`` ops) runs on the host,
+            overlapped with the stages, so its time is on no stage; ``profiled``: it runs on the
+            stage that holds it, as profiled (docs/pipeline.md, "Data loading").
     """
 
     schedule: str = "1f1b"
     micro_batches: int = 8
     state_factor: float = 4.0
+    input_loading: str = "prefetched"
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -72,6 +78,9 @@ class PipelineSettings:
         s = self.state_factor
         if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s >= 0):
             raise ConfigError(f"must be a finite number >= 0, got {s!r}", field="pipeline.state_factor")
+        if self.input_loading not in INPUT_LOADING:
+            raise ConfigError(f"must be {' or '.join(INPUT_LOADING)}, got {self.input_loading!r}",
+                              field="pipeline.input_loading")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> PipelineSettings:

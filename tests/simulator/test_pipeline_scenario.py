@@ -16,6 +16,7 @@ from simulator.allocation.op_placer import method_node
 from simulator.allocation.pipeline import (
     STAGE_PLACERS,
     PipelineAllocator,
+    input_ops,
     job_compute_graph,
     pipeline_cut,
     sequential_step_s,
@@ -79,7 +80,11 @@ def _independent_iteration(graph, topology: RampTopology, servers, placer: str =
                            settings: PipelineSettings = DEFAULT) -> tuple[float, object]:
     """The iteration time (seconds) of the placer's cut on ``servers``, rebuilt from the model."""
     m = settings.micro_batches
-    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), m)
+    g = ComputeGraph.from_training_graph(graph)
+    if settings.input_loading == "prefetched":  # data loading on no stage
+        on_gpu = np.array([not label.startswith("Input") for label in graph.forward.labels] * 2)
+        g = replace(g, kind_time_s={g.reference_kind: g.kind_time_s[g.reference_kind] * on_gpu})
+    g = micro_batch_graph(g, m)
     obj = PipelineObjective(g, ramp_block_devices(topology, servers))
     p = instantiate_checked(method_node(placer), "method").place(obj, seed=0).placement
     params, acts = training_graph_bytes(graph)
@@ -91,19 +96,52 @@ def test_the_scenario_builds_pipeline_jobs(pipeline_cfg) -> None:
     feas = _feas(pipeline_cfg)
     assert isinstance(feas.placer, PipelineAllocator)
     assert dict(pipeline_cfg.sim.pipeline) == {"schedule": "1f1b", "micro_batches": 8, "stage_placer": "pipedream",
-                                               "state_factor": 4.0}
+                                               "state_factor": 4.0, "input_loading": "prefetched"}
     assert pipeline_cfg.workload.profile_time_unit_s == 1e-3 and pipeline_cfg.sim.placement == "block"
 
 
 def test_degree_one_equals_the_sequential_jct(pipeline_cfg, workload) -> None:
     feas = _feas(pipeline_cfg)
+    profiled = _feas(pipeline_cfg, pipeline={**dict(pipeline_cfg.sim.pipeline), "input_loading": "profiled"})
     physical = build_feasibility(build_topology(pipeline_cfg), compose_sim("scenario=physical").sim)
     for graph in workload.training_graphs:
         job = _job(graph)
         jct = feas.table(job, 0).jct_s(1)
+        loading = sum(graph.forward.forward_time_s[i] for i in input_ops(graph))
+        assert jct == pytest.approx(STEPS * (graph.step_time_s - loading), rel=1e-12)
+        assert jct == STEPS * workload.sequential_steps[graph.name]  # the target's base
+        assert feas.table(replace(job, sequential_step_s=workload.sequential_steps[graph.name]), 0).feasible(1)
+        # Data loading on its stage, as profiled: the physical scenario's sequential JCT.
+        jct = profiled.table(job, 0).jct_s(1)
         assert jct == pytest.approx(job.sequential_jct_s, rel=1e-12)
         assert jct == pytest.approx(physical.table(job, 0).jct_s(1), rel=1e-12)
-        assert feas.table(job, 0).feasible(1)  # beta = 1 accepts the sequential JCT
+
+
+def test_data_loading_is_on_no_stage_when_prefetched() -> None:
+    cfg = compose_sim("scenario=pipeline", "workload=all")
+    topo, graphs = build_topology(cfg), build_workload(cfg).training_graphs
+    labels = {g.name: [g.forward.labels[i] for i in input_ops(g)] for g in graphs}
+    assert labels["gnmt"] == ["Input0", "Input1", "Input2"]
+    assert all(v == ["Input"] for k, v in labels.items() if k != "gnmt")
+    placer = instantiate_checked(method_node("pipedream"), "method")
+    servers = next(iter(_sweep_blocks(topo, 4).values()))
+    shares = {}
+    for graph in graphs:
+        ops = input_ops(graph)
+        loading = float(graph.forward.forward_time_s[ops].sum())
+        shares[graph.name] = loading / graph.step_time_s
+        for mode, on_stages in (("prefetched", graph.step_time_s - loading), ("profiled", graph.step_time_s)):
+            settings = PipelineSettings(input_loading=mode)
+            g = job_compute_graph(graph, settings, 4)
+            assert (g.kind_time_s[g.reference_kind][ops] == 0).all() == (mode == "prefetched" or loading == 0)
+            # The stages' compute over an iteration is the sequential step, with or without loading.
+            est = pipeline_cut(graph, servers, topo, settings, placer).estimate
+            assert 8 * est.stages.compute_s.sum() == pytest.approx(on_stages, rel=1e-12)
+            # and degree 1 is exactly that step (the sequential JCT's base on the profiled GPU)
+            assert sequential_step_s(graph, topo, settings) == pytest.approx(on_stages, rel=1e-12)
+    assert shares["alexnet"] > 0.85 and shares["resnet18"] > 0.6 and shares["squeezenet1_0"] > 0.6
+    with pytest.raises(ConfigError, match="input_loading.*prefetched or profiled"):
+        PipelineSettings(input_loading="gpu")
 
 
 @pytest.mark.parametrize("cluster", ["ramp32", "ramp32_hetero", "ramp32_3gen"])
@@ -123,7 +161,8 @@ def test_targets_are_on_the_fastest_single_server(cluster: str) -> None:
         assert table.placement(1).servers == (fast,)
         assert table.jct_s(1) == job.sequential_jct_s and table.feasible(1)
         speed = float(topo.server_speed.max())  # 2 on ramp32_3gen, else the profiled GPU's 1
-        assert job.sequential_jct_s == pytest.approx(STEPS * job.graph.step_time_s / speed, rel=1e-12)
+        loading = job.graph.forward.forward_time_s[input_ops(job.graph)].sum()  # prefetched: on no stage
+        assert job.sequential_jct_s == pytest.approx(STEPS * (job.graph.step_time_s - loading) / speed, rel=1e-12)
         assert job.max_jct_s == job.beta * job.sequential_jct_s
 
 
@@ -132,7 +171,7 @@ def test_the_fastest_server_is_one_that_holds_the_job() -> None:
     # degree 1; if none does, on the fastest kind (the server a pipeline of it would beat).
     cfg = compose_sim("scenario=pipeline", "cluster=ramp32_3gen")
     graph = build_workload(compose_sim("scenario=pipeline")).by_name["vgg16"]
-    settings = PipelineSettings()
+    settings = PipelineSettings(input_loading="profiled")
     steps = {}
     for new_gb, old_gb, mid_gb in ((80, 40, 80), (1, 40, 80), (1, 1, 1)):
         node = OmegaConf.to_container(cfg.cluster, resolve=True)
@@ -249,13 +288,13 @@ def test_a_mixed_block_prices_each_stage_at_its_servers_speed(workload) -> None:
     graph = workload.by_name["vgg16"]
     cut = feas.placer.jobs.cut(graph, mixed.servers)
     st = cut.estimate.stages
-    g = micro_batch_graph(ComputeGraph.from_training_graph(graph), 8)
+    g = job_compute_graph(graph, DEFAULT, 4)
     ref = g.kind_time_s[g.reference_kind]
     for i, d in enumerate(st.devices):
         nodes = cut.node_device == d
         assert st.compute_s[i] == pytest.approx(ref[nodes].sum() / topo.server_speed[mixed.servers[d]], rel=1e-12)
     assert {topo.server_speed[mixed.servers[d]] for d in st.devices} == {1.0, 0.5}
-    job = _job(graph)
+    job = replace(_job(graph), sequential_step_s=workload.sequential_steps["vgg16"])  # fastest: speed 1
     table = feas.table(job, 0)
     t_mixed, _ = _independent_iteration(graph, topo, mixed.servers)
     t_fast, _ = _independent_iteration(graph, topo, fast.servers)
