@@ -40,6 +40,7 @@ OP_KEYS = ("id", "label", *OP_NUMBER_FIELDS)
 #: junk, and would exhaust the parser's recursion.
 MAX_NESTING = 100
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_DECODER = json.JSONDecoder()
 
 
 class _DuplicateKey(ValueError):
@@ -72,32 +73,6 @@ class Locator:
         m = re.search(re.escape(json.dumps(key)) + r"\s*:", self.text)
         return self.line_of(m.start()) if m else None
 
-    def _skip_value(self, pos: int) -> int:
-        """Offset just after the JSON value starting at ``pos`` (the text is valid JSON)."""
-        text = self.text
-        depth = 0
-        i = pos
-        while i < len(text):
-            ch = text[i]
-            if ch == '"':
-                i += 1
-                while i < len(text) and text[i] != '"':
-                    i += 2 if text[i] == "\\" else 1
-                if depth == 0:
-                    return i + 1
-            elif ch in "[{":
-                depth += 1
-            elif ch in "]}":
-                if depth == 0:
-                    return i
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            elif depth == 0 and ch in ", \t\r\n":
-                return i
-            i += 1
-        return i
-
     def element_span(self, key: str, k: int) -> tuple[int, int] | None:
         """Offsets of element ``k`` of the top-level list ``key``."""
         m = re.search(re.escape(json.dumps(key)) + r"\s*:\s*\[", self.text)
@@ -109,7 +84,10 @@ class Locator:
                 pos += 1
             if pos >= len(self.text) or self.text[pos] == "]":
                 return None
-            end = self._skip_value(pos)
+            try:
+                end = _DECODER.raw_decode(self.text, pos)[1]
+            except ValueError:  # the key matched inside a string: no element to point at
+                return None
             if j == k:
                 return pos, end
             pos = end
