@@ -7,7 +7,7 @@ atomically after every episode, keyed on the overrides themselves), so an interr
 run computes only what is missing. Then, per condition: the *oracle rule* (the candidate with the
 lowest mean blocking on those same seeds) and each agent's paired per-seed differences against
 the oracle, para_max and min_feasible (mean +- standard error, seeds better/worse); a table on
-stdout, a ``summary`` section in the JSON and a figure.
+stdout and a ``summary`` section in the JSON.
 
 Usage::
 
@@ -68,7 +68,6 @@ log = logging.getLogger("bench_conditions")
 ROOT = Path(__file__).resolve().parents[2]
 PROG = "bench_conditions.py"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "adaptive" / "results_conditions.json"
-DEFAULT_FIGURE = ROOT / "benchmarks" / "figures" / "conditions.png"
 SHIPPED_AGENTS = ("pacml=policy=pacml", "per_beta=policy=pacml_beta policy.checkpoint={scenario}_beta{beta}")
 #: Memory guard: nothing runs on a cluster larger than this.
 MAX_SERVERS = 512
@@ -332,46 +331,6 @@ def print_table(summary: dict[str, Any], agents: Sequence[str]) -> None:
               f"({g['within_tolerance']} within +{summary['tolerance']}, {g['below_oracle']} below)")
 
 
-def draw_figure(summary: dict[str, Any], agents: Sequence[str], path: Path) -> None:
-    """Paired difference vs the oracle, one row per condition, +-SE bars, lines at 0 and +tolerance."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from workloads.io import atomic_write
-
-    names = [n for n, e in summary["conditions"].items() if "compared" in e]
-    if not names:
-        log.warning("no complete condition: no figure")
-        return
-    series = [*agents, "para_max", "min_feasible"]
-    fig, ax = plt.subplots(figsize=(8, 0.42 * len(names) + 2.0), layout="constrained")
-    step = 0.7 / max(len(series), 1)
-    for i, label in enumerate(series):
-        ys, xs, errs = [], [], []
-        for row, name in enumerate(names):
-            c = summary["conditions"][name]["compared"].get(label)
-            if c is not None:
-                ys.append(row - 0.35 + step * (i + 0.5))
-                xs.append(c["vs_oracle"]["mean"])
-                errs.append(c["vs_oracle"]["se"] or 0.0)
-        ax.errorbar(xs, ys, xerr=errs, fmt="o", ms=4, capsize=2, label=label)
-    ax.axvline(0.0, color="black", lw=0.8)
-    ax.axvline(summary["tolerance"], color="grey", lw=0.8, ls="--", label=f"oracle + {summary['tolerance']}")
-    ax.set_xscale("symlog", linthresh=0.01)
-    lo, hi = ax.get_xlim()
-    ax.set_xlim(min(lo, -0.01), hi * 1.6)  # room for the largest differences (para_max's, often)
-    ax.set_yticks(range(len(names)), [f"{n} ({summary['conditions'][n]['oracle']['rule']})" for n in names],
-                  fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("blocking rate minus the oracle rule's (paired over seeds, +-SE; symlog)")
-    ax.set_title(f"Condition grid, {len(summary['seeds'])} evaluation seeds")
-    fig.legend(fontsize=8, loc="outside lower center", ncol=min(len(series) + 1, 4), frameon=False)
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
-    plt.close(fig)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
@@ -381,7 +340,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, default=len(EVAL_SEEDS), help="first N evaluation seeds (default 10)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON (also the episode cache)")
-    parser.add_argument("--figure", type=Path, default=DEFAULT_FIGURE)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="extra pacml-sim override for every condition (part of the cache key), e.g. horizon_s=2e4")
     return parser
@@ -408,8 +366,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results["summary"]["wall_s"] = round(time.perf_counter() - start, 1)
     atomic_write_json(args.out, results)
     print_table(results["summary"], labels)
-    draw_figure(results["summary"], labels, args.figure)
-    log.info("wrote %s and %s", args.out, args.figure)
+    log.info("wrote %s", args.out)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def _run(tmp_path: Path, *extra: str) -> dict:
     bench.main(["--conditions", "paper_A_1000", "--seeds", "2", "--workers", "1", "--override", "horizon_s=5000",
                 "--agent", "fixed4=policy=fixed policy.degree=4",
                 "--agent", "ghost=policy=pacml_beta policy.checkpoint=nowhere_beta{beta}",
-                "--out", str(tmp_path / "r.json"), "--figure", str(tmp_path / "f.png"), *extra])
+                "--out", str(tmp_path / "r.json"), *extra])
     return json.loads((tmp_path / "r.json").read_text())
 
 
@@ -156,7 +156,6 @@ def test_cli_end_to_end_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture
     assert set(cond["compared"]) == {"fixed4", "para_max", "min_feasible"}
     assert "nowhere_betaA" in cond["unavailable"]["ghost"]
     assert "fixed4" in first["summary"]["grid_average"]
-    assert (tmp_path / "f.png").stat().st_size > 0
     assert "paper_A_1000" in capsys.readouterr().out
 
     second = _run(tmp_path)
@@ -184,7 +183,7 @@ def test_cli_end_to_end_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                    field: str) -> None:
     with pytest.raises(SystemExit) as exc:
-        bench.main([*argv, "--out", str(tmp_path / "r.json"), "--figure", str(tmp_path / "f.png")])
+        bench.main([*argv, "--out", str(tmp_path / "r.json")])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and field in err
