@@ -41,6 +41,7 @@ OP_KEYS = ("id", "label", *OP_NUMBER_FIELDS)
 MAX_NESTING = 100
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _DECODER = json.JSONDecoder()
+_BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 class _DuplicateKey(ValueError):
@@ -110,23 +111,10 @@ class Locator:
     def nesting_line(self) -> int:
         """Line where nesting first exceeds :data:`MAX_NESTING` (outside strings), else 1."""
         depth = 0
-        in_string = escaped = False
-        for i, ch in enumerate(self.text):
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif ch == "\\":
-                    escaped = True
-                elif ch == '"':
-                    in_string = False
-            elif ch == '"':
-                in_string = True
-            elif ch in "[{":
-                depth += 1
-                if depth > MAX_NESTING:
-                    return self.line_of(i)
-            elif ch in "]}":
-                depth -= 1
+        for m in _BRACKET_OR_STRING.finditer(self.text):
+            depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(m.group(), 0)
+            if depth > MAX_NESTING:
+                return self.line_of(m.start())
         return 1
 
 
