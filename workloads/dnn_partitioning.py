@@ -1,12 +1,9 @@
 """Reader for the JSON graphs of msr-fiddle/dnn-partitioning (Tarnawski et al., NeurIPS 2020).
 
-The format (see ``workloads/data/dnn_partitioning/README.md``): one object with
-``maxSizePerFPGA`` (bytes), ``maxFPGAs``, ``maxCPUs``, ``nodes`` (``id``, ``supportedOnFpga``,
-``cpuLatency`` and ``fpgaLatency`` in milliseconds, ``isBackwardNode``, optional ``colorClass``,
-``size`` in bytes, debug ``name`` / ``layerId``) and ``edges`` (``sourceId``, ``destId``, ``cost``
-in milliseconds, optional ``size``). The result is a :class:`ComputeGraph` with kinds ``cpu``
-and ``accelerator`` (reference), times in seconds, one group per colour class, and the file's
-own device set in ``meta`` (``max_accelerators``, ``accelerator_memory_bytes``, ``max_cpus``).
+The format: ``workloads/data/dnn_partitioning/README.md``. The result is a :class:`ComputeGraph`
+with kinds ``cpu`` and ``accelerator`` (reference), times in seconds, one group per colour class,
+and the file's own device set in ``meta`` (``max_accelerators``, ``accelerator_memory_bytes``,
+``max_cpus``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The pacml JSON graph format: loader, writer and validator.
 
-Version 1 holds one profiled *forward* graph (``ops`` with ``id``, ``forward_time_s``,
-``backward_time_s``, ``activation_bytes``, ``parameter_bytes``; ``edges`` as ``[src, dst]``;
-optional ``loss_op``, ``label``, ``time_unit_s``); the training graph is derived from it.
-Version 2 holds a :class:`~workloads.compute_graph.ComputeGraph` as an op placer sees it (``nodes``
-with per-kind ``time``, ``memory_bytes``, ``backward``, ``group``; edges with ``bytes`` and
-``cost``; ``kinds``, ``reference_kind``, optional ``devices``). Times are in units of
-``time_unit_s`` seconds (default 1), sizes bytes. Any unknown or repeated key is an error naming
-the file, line, op and field (:class:`WorkloadError`). Field by field: docs/workloads.md
-("The pacml JSON graph format").
+Version 1 holds one profiled forward graph (:class:`OpGraph`; the training graph is derived from
+it), version 2 a :class:`~workloads.compute_graph.ComputeGraph` as an op placer sees it. Any
+unknown or repeated key is an error naming the file, line, op and field (:class:`WorkloadError`).
+Field by field: docs/workloads.md ("The pacml JSON graph format").
 """
 
 from __future__ import annotations
