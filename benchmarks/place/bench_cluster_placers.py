@@ -5,15 +5,7 @@ placer, betas A-D, seeds 100-109; every placer sees the same job streams, so blo
 against the first placer of ``--placers`` are paired by seed (mean +- standard error). Decision
 latency (arrival handed to the policy to decision applied) as p50 / p99 over every decision, with
 each placer's caches shared across its episodes. ``--set KEY=VALUE`` passes an override to every
-episode; ``--jct-check`` instead prices each placer's placements with the step model, relative to
-the first placer's.
-
-Usage::
-
-    python benchmarks/place/bench_cluster_placers.py --placers first_fit,heft,m_etf,m_sct,metis \\
-        --betas A,B,C,D --seeds 100-109 --json benchmarks/results/place/results_cluster_placers.json
-    python benchmarks/place/bench_cluster_placers.py --scenario model_parallel --policy min_feasible \\
-        --set workload.graphs=all --json benchmarks/results/place/results_cluster_placers_mp_all.json
+episode. Commands: BENCHMARKS.md section 8, "In the cluster simulator".
 """
 
 from __future__ import annotations
@@ -25,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from pacml.agent.env import compose_sim_config
 from simulator.build import (
     build_feasibility,
     build_policy,
@@ -35,14 +27,7 @@ from simulator.build import (
     build_topology,
     build_workload,
 )
-from simulator.config import CONF_DIR
 from workloads.io import atomic_write_json
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """``conf/sim.yaml`` with ``overrides`` (outside a Hydra app)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="sim", overrides=overrides)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -71,41 +56,6 @@ def run_episode(cfg: DictConfig, seed: int, feasibility: Any, workload: Any, pol
     return sim.finalize().summary, latencies
 
 
-def jct_check(base: list[str], placers: list[str], occupancies: int = 5) -> None:
-    """Step time of each placer's placement relative to the first placer's (see module docstring)."""
-    cfg = compose_config(base)
-    topology = build_topology(cfg)
-    workload = build_workload(cfg)
-    feas = {p: build_feasibility(topology, {**OmegaConf.to_container(cfg.sim), "op_placer": p}) for p in placers}
-    rng = np.random.default_rng(0)
-    occs = [0] + [int(sum(1 << int(s) for s in rng.choice(topology.num_servers, topology.num_servers // 4,
-                                                                 replace=False))) for _ in range(occupancies)]
-    ref = feas[placers[0]]
-    rel: dict[str, list[float]] = {p: [] for p in placers}
-    for graph in workload.training_graphs:
-        n = graph.num_forward_ops
-        compute = graph.compute_time_s[:n] + graph.compute_time_s[n:]
-        act = graph.forward.activation_bytes
-        for degree in topology.degrees:
-            free = ref.step_model.partitioner.splits(graph, degree) < degree
-            print(f"{graph.name:15s} degree {degree:2d}: {int(free.sum())}/{n} ops free, "
-                  f"{100 * compute[free].sum() / compute.sum():.3f} % of compute, "
-                  f"{100 * act[free].sum() / max(act.sum(), 1):.1f} % of activation bytes")
-            for occ in occs:
-                first = ref.placer.place(graph, degree, occ)
-                if first is None:
-                    continue
-                t0 = ref.step_model.step(graph, degree, first).step_time_s
-                for p, f in feas.items():
-                    rel[p].append(f.step_model.step(graph, degree, f.placer.place(graph, degree, occ)).step_time_s / t0 - 1)
-    print(f"\n| op placer | placements | mean step time vs {placers[0]} | best | worst | better | worse |")
-    print("|---|---|---|---|---|---|---|")
-    for p, r in rel.items():
-        a = np.array(r) * 100
-        print(f"| {p} | {len(a)} | {a.mean():+.3f} % | {a.min():+.3f} % | {a.max():+.3f} % | "
-              f"{int((a < -1e-9).sum())} | {int((a > 1e-9).sum())} |")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--placers", default="first_fit,heft,m_etf,m_sct,metis",
@@ -119,7 +69,6 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any further config override, e.g. --set workload.graphs=all (repeatable)")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--jct-check", action="store_true", help="step times per placement instead of episodes")
     args = parser.parse_args()
     placers = args.placers.split(",")
     betas = args.betas.split(",")
@@ -128,19 +77,16 @@ def main() -> None:
     if args.horizon_s is not None:
         base.append(f"horizon_s={args.horizon_s}")
     base.extend(args.set)
-    if args.jct_check:
-        jct_check(base, placers)
-        return
     rates: dict[str, dict[str, list[float]]] = {}
     latency: dict[str, list[float]] = {}
     info: dict[str, dict[str, Any]] = {}
     wall: dict[str, float] = {}
     for placer in placers:
-        cfg0 = compose_config([*base, f"sim.op_placer={placer}"])
+        cfg0 = compose_sim_config([*base, f"sim.op_placer={placer}"])
         feas = build_feasibility(build_topology(cfg0), cfg0.sim)  # shared by all episodes of this placer
         t_placer = time.perf_counter()
         for beta in betas:
-            cfg = compose_config([*base, f"sim.op_placer={placer}", f"beta={beta}"])
+            cfg = compose_sim_config([*base, f"sim.op_placer={placer}", f"beta={beta}"])
             workload = build_workload(cfg)
             policy = build_policy(cfg)
             for seed in seeds:
