@@ -83,22 +83,17 @@ class ComputeGraph:
         if np.isinf(times[self.reference_kind]).all() and n:
             raise WorkloadError(f"no node runs on the reference kind {self.reference_kind!r}", path=self.source)
         object.__setattr__(self, "kind_time_s", times)
-        object.__setattr__(self, "memory_bytes", frozen_array(self.memory_bytes, np.float64))
-        object.__setattr__(self, "is_backward", frozen_array(self.is_backward, bool))
-        group = frozen_array(self.group, np.int64)
-        object.__setattr__(self, "group", group)
         edges = frozen_array(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), np.int64)
         object.__setattr__(self, "edges", edges)
-        object.__setattr__(self, "edge_bytes", frozen_array(self.edge_bytes, np.float64))
-        object.__setattr__(self, "edge_cost_s", frozen_array(self.edge_cost_s, np.float64))
         e = len(edges)
-        for name, arr in (("memory_bytes", self.memory_bytes), ("is_backward", self.is_backward),
-                          ("group", group)):
-            if arr.shape != (n,):
-                raise WorkloadError(f"{name}: expected {n} values, got shape {arr.shape}", path=self.source)
-        for name, arr in (("edge_bytes", self.edge_bytes), ("edge_cost_s", self.edge_cost_s)):
-            if arr.shape != (e,):
-                raise WorkloadError(f"{name}: expected {e} values, got shape {arr.shape}", path=self.source)
+        for name, dtype, size in (("memory_bytes", np.float64, n), ("is_backward", bool, n),
+                                  ("group", np.int64, n), ("edge_bytes", np.float64, e),
+                                  ("edge_cost_s", np.float64, e)):
+            arr = frozen_array(getattr(self, name), dtype)
+            if arr.shape != (size,):
+                raise WorkloadError(f"{name}: expected {size} values, got shape {arr.shape}", path=self.source)
+            object.__setattr__(self, name, arr)
+        group = self.group
         if n and (group.min() != 0 or len(np.unique(group)) != group.max() + 1):
             raise WorkloadError("groups must be numbered 0..G-1", path=self.source)
         if e and (edges.min() < 0 or edges.max() >= n):
