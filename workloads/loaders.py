@@ -44,15 +44,6 @@ def shipped_models() -> tuple[str, ...]:
     return tuple(sorted(p.parent.name for p in PIPEDREAM_DIR.glob("*/graph.txt")))
 
 
-def clock_unit_s(time_unit_s: float) -> float:
-    """Real seconds per simulated second when PipeDream profile numbers get ``time_unit_s`` each.
-
-    A profile number is a millisecond, so ``time_unit_s=1e-3`` (physical) gives 1.0 and the
-    paper scenario's ``1.0`` (profile numbers used as the time unit) gives 1e-3.
-    """
-    return PIPEDREAM_TIME_UNIT_S / time_unit_s
-
-
 #: The graph formats, by the name messages use, and what tells each apart (the content, not the
 #: file name).
 PIPEDREAM = "PipeDream graph.txt"
@@ -158,7 +149,7 @@ def op_graph_of(detected: DetectedGraph, *, time_unit_s: float = PIPEDREAM_TIME_
         graph = parse_json_graph(detected.text, path=path, document=detected.document)
     else:
         graph = op_graph_from_compute_graph(compute_graph_of(detected))
-    clock = clock_unit_s(time_unit_s)
+    clock = PIPEDREAM_TIME_UNIT_S / time_unit_s  # real seconds per simulated second
     if graph.time_unit_s != clock:
         log.info("%s: times in units of %g s converted to the scenario's unit of %g s (x%g)",
                  path, graph.time_unit_s, clock, graph.time_unit_s / clock)
