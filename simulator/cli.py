@@ -1,12 +1,8 @@
 """Command plumbing shared by the console commands: argv and override parsing, the Hydra preflight,
-one-line errors for bad input and the exit status.
+and bad input as one line on stderr with exit status 2.
 
-Imported only by the entry points (:mod:`simulator.run`, :mod:`simulator.place.cli`, pacml's
-commands); nothing else in ``simulator/`` imports it (``tests/test_layering.py`` checks). The
-config checks it runs live in the leaf :mod:`simulator.config`.
-
-A bad group choice (``policy=nope``), a malformed graph, an impossible cluster or a negative rate
-ends the command with one clear line on stderr and exit status 2, never a traceback.
+Imported only by the entry points (``tests/test_layering.py`` checks); the config checks live in
+the leaf :mod:`simulator.config`.
 """
 
 from __future__ import annotations
@@ -48,12 +44,8 @@ USER_ERRORS = (WorkloadError, ConfigError, InvalidDecision)
 
 
 def path_safe(name: str) -> str:
-    """``name`` as one directory name: ``/`` becomes ``%2F``.
-
-    Sweep runs are named by their overrides (``conf/sim.yaml``: ``hydra.sweep.subdir``); an override
-    holding a path (``policy.checkpoint=outputs/train/run/policy.pt``) would otherwise nest the
-    run several directories deep.
-    """
+    """``name`` as one directory name (``/`` becomes ``%2F``): a sweep run named by an override
+    holding a path stays one directory deep."""
     return name.replace("/", "%2F")
 
 
@@ -63,13 +55,8 @@ OmegaConf.register_new_resolver("pacml_path_safe", path_safe, replace=True)
 
 
 def policy_name(choice: object, overrides: Sequence[object] = ()) -> str:
-    """The policy's name in the log, the run folder and ``summary.json``: its config name
-    (``policy=min_feasible``), or, when the command line gives ``policy._target_=module.Class``,
-    the class name (``Class``).
-
-    The config name of such a run is still the default group's (``para_max``), which would
-    record a user's own class as that policy and compare it with the paper's.
-    """
+    """The policy's name in the log, the run folder and ``summary.json``: its config name, or the
+    class name when the command line gives ``policy._target_=module.Class``."""
     for item in overrides or ():
         key, sep, value = str(item).partition("=")
         if sep and key.lstrip("+~") == "policy._target_" and value.strip():
@@ -89,12 +76,8 @@ def fail(prog: str, message: str) -> NoReturn:
 
 
 def cwd_on_path() -> None:
-    """Make modules in the working directory importable, as ``python -m`` would.
-
-    Console scripts start with the script's folder on ``sys.path``, not the working directory,
-    so ``policy._target_=mypolicy.MyPolicy`` with ``mypolicy.py`` beside the user would not
-    import. Appended (not prepended) so that a stray file cannot shadow an installed package.
-    """
+    """Make modules in the working directory importable, as ``python -m`` would (appended, so a
+    stray file cannot shadow an installed package)."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
@@ -102,15 +85,8 @@ def cwd_on_path() -> None:
 
 @dataclass(frozen=True)
 class HydraCommand:
-    """A Hydra console command and what its config holds (for :func:`preflight`).
-
-    Attributes:
-        prog: Name in error messages (``pacml sim``).
-        config_name: Primary config in ``conf/`` (``sim``).
-        keys: Rules of its plain keys (see :mod:`simulator.config`).
-        plugins: Sections built from ``_target_``.
-        optional: Plug-in sections that may be null.
-    """
+    """A Hydra console command (``prog``, its primary config in ``conf/``) and what its config holds
+    (the arguments of :func:`simulator.config.validate_config`), for :func:`preflight`."""
 
     prog: str
     config_name: str
@@ -169,8 +145,7 @@ class Composer:
 
     def culprit(self, overrides: list[str]) -> str | None:
         """The override at fault (Hydra's message may not name it): the one without which the others
-        compose, else the first that fails to compose on its own. (Alone, ``devices.cluster=ramp32``
-        fails without its ``devices=ramp_block``, so "fails alone" by itself can blame a good one.)"""
+        compose, else the first that fails to compose on its own."""
         if 1 < len(overrides) <= 16:
             for i, override in enumerate(overrides):
                 try:
@@ -229,15 +204,9 @@ def _composition_error(composer: Composer, exc: Exception, overrides: list[str])
 def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
     """Check a Hydra command line before Hydra runs it; any problem ends in one line, exit 2.
 
-    Parses the command-line flags, parses every override (Hydra's syntax errors), composes the
-    config as Hydra will (unknown keys get a suggestion; group choices are looked up on the
-    whole search path, so ``hydra.searchpath`` and ``--config-dir`` plug-ins are found), and
-    validates it (:mod:`simulator.config`). In multirun mode each swept value is checked with
-    the first value of the others. Also puts the working directory on ``sys.path``.
-
-    Returns:
-        The checked config of the command line (the first values of any sweep), or ``None``
-        when Hydra will only print help.
+    Parses the flags and overrides, composes the config as Hydra will and validates it; in
+    multirun mode each swept value is checked with the first value of the others. Returns the
+    checked config (first values of any sweep), or ``None`` when Hydra will only print help.
     """
     cwd_on_path()
     args = hydra_args(cmd, argv)
@@ -321,9 +290,7 @@ def report_user_errors(prog: str, body: Callable[[], None]) -> None:
 
 
 def finished_run(out: Path, resolved_config: object) -> bool:
-    """A previous run wrote ``summary.json`` in ``out`` for this same config: the ``resolved_config``
-    saved inside it when that run finished equals ``resolved_config`` (Hydra rewrites
-    ``.hydra/config.yaml`` before every run, so that file cannot tell)."""
+    """A previous run wrote ``summary.json`` in ``out`` for this same ``resolved_config``."""
     summary = out / "summary.json"
     try:
         return summary.is_file() and json.loads(summary.read_text()).get("resolved_config") == resolved_config

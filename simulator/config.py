@@ -1,14 +1,8 @@
-"""Config plumbing shared by every command and builder: the one typed check of a composed config,
-``instantiate_checked``, and where ``conf/`` lies.
+"""Config plumbing shared by every command and builder: the one typed check of a composed config
+(:func:`validate_config`), ``instantiate_checked``, and where ``conf/`` lies.
 
-A leaf of ``simulator/`` (it imports only :mod:`simulator.errors` and :mod:`simulator.estimate`);
-the command plumbing is :mod:`simulator.cli`, imported by the entry points only. Hydra composes a
-config; :func:`validate_config` checks it once, before any work, and raises
-:class:`~simulator.errors.ConfigError` naming the key at fault: plain keys against
-:data:`SIM_KEYS` (and a command's dataclass sections), ``_target_`` nodes against their class's
-``__init__`` signature, and the episode's size (``max_arrivals``). :func:`instantiate_checked`
-is Hydra's ``instantiate`` with our own errors unwrapped. The rules: docs/configuration.md
-("How a config is checked").
+A leaf of ``simulator/`` (it imports only :mod:`simulator.errors` and :mod:`simulator.estimate`).
+The rules: docs/configuration.md ("How a config is checked").
 """
 
 from __future__ import annotations
@@ -38,11 +32,8 @@ from workloads.errors import WorkloadError
 
 log = logging.getLogger(__name__)
 
-#: ``_target_`` paths that moved, old -> new, so that configs written before the move still build:
-#: the shipped checkpoints' ``train_config.yaml`` (``reward._target_``) and old run folders'
-#: ``.hydra/config.yaml``. :func:`import_target` and :func:`instantiate_checked` consult it.
-#: ``pacml.policy.PacMLPolicy`` is the per-beta agent (now ``PacMLBetaPolicy``), whatever class
-#: ``PacMLPolicy`` names later. These aliases go in the next release.
+#: ``_target_`` paths that moved, old -> new, so that saved configs (the shipped checkpoints'
+#: ``train_config.yaml``, old run folders) still build. These aliases go in the next release.
 OLD_TARGETS: dict[str, str] = {
     "pacml.policy.PacMLPolicy": "pacml.agent.policy.PacMLBetaPolicy",
     "pacml.rewards.JobAcceptance": "pacml.agent.rewards.JobAcceptance",
@@ -55,9 +46,8 @@ _CRITIC = ("the adaptive agent's deviation critic did nothing measurable and was
            "(docs/journal/conditions-2.md); policy.condition_critics stays")
 _IMITATE = ("pacml distill's imitate mode and its settings never beat the agent; distill trains the "
             "deviation critic only (docs/journal/agents.md)")
-#: Retired options, key -> why (one line): a command line or config setting one is refused naming it
-#: as retired (:func:`retired_error`), not as an unknown key. Saved runs holding one at the value that
-#: turned it off still load where their loaders say so (pacml/adaptive/train.py).
+#: Retired options, key -> why (one line): refused as retired (:func:`retired_error`), not as an
+#: unknown key.
 RETIRED: dict[str, str] = {
     "policy.selector_memory": "averaging the selector's scores over 64 jobs measured no better on the grid "
                               "(docs/journal/conditions-1.md)",
@@ -111,17 +101,9 @@ MAX_SEED = 2**63 - 1
 
 @dataclass(frozen=True)
 class Rule:
-    """The type and range of one config key.
-
-    Attributes:
-        type: A type hint (``int``, ``float``, ``bool``, ``str``, ``X | None``, ``Literal[...]``,
-            ``list[X]``) checked by :func:`check_type`.
-        low: Smallest allowed number (inclusive unless ``low_open``).
-        high: Largest allowed number (inclusive).
-        low_open: ``low`` itself is not allowed (``> low``).
-        non_empty: Lists and strings must not be empty.
-        required: The key must be present (``~seed`` is an error).
-    """
+    """The type (a hint :func:`check_type` reads) and range of one config key: numbers within
+    ``[low, high]`` (``low`` excluded when ``low_open``); ``non_empty`` lists and strings;
+    ``required`` keys present."""
 
     type: Any
     low: float | None = None
@@ -244,11 +226,8 @@ def _type_name(hint: Any) -> str:
 
 
 def check_type(value: Any, hint: Any) -> bool:
-    """Whether the plain (resolved) ``value`` fits the type hint ``hint``.
-
-    Unknown hints (protocols, ``Any``, classes) accept a mapping with ``_target_`` or, for
-    ``Any``, anything; numbers must be finite; ``bool`` is not an ``int``.
-    """
+    """Whether the plain (resolved) ``value`` fits the type hint ``hint`` (numbers finite, a
+    ``bool`` no ``int``; a class also accepts a mapping with ``_target_``)."""
     if hint is Any or hint is inspect.Parameter.empty:
         return True
     if hint is type(None) or hint is None:
@@ -349,17 +328,11 @@ def _signature(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any
 
 
 def check_plugin(cfg: DictConfig, section: str, given: set[str]) -> None:
-    """Check the ``_target_`` node at ``section`` against its class's signature.
+    """Check the ``_target_`` node at ``section`` (dotted) against its class's signature.
 
-    Keys the class does not take are dropped (with a log line) when ``_target_`` itself was
-    changed on the command line and the key came from the group's file (``policy._target_=...``
-    over the default para_max must not pass ``max_degree`` to the user's class); any other
-    unknown key is an error naming the keys the class takes.
-
-    Args:
-        cfg: The composed config (modified in place when keys are dropped).
-        section: Dotted path of the node (``policy``, ``policy.default``).
-        given: Dotted keys set on the command line.
+    Keys the class does not take are dropped from ``cfg`` when ``_target_`` itself was set on the
+    command line (``given``) and the key came from the group's file; any other unknown key is an
+    error naming the keys the class takes.
     """
     node = OmegaConf.select(cfg, section)
     if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -484,18 +457,15 @@ def _check_estimate(cfg: DictConfig, arrivals: float | None) -> None:
 def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
                     plugins: Sequence[str] = SIM_PLUGINS, given: Iterable[str] = (),
                     free: Sequence[str] = (), optional: Sequence[str] = ()) -> DictConfig:
-    """Check every key of a composed config; returns ``cfg`` (pruned of leftover plug-in keys).
+    """Check every key of a composed config (without its ``hydra`` node); returns ``cfg`` pruned
+    of leftover plug-in keys, or raises :class:`ConfigError` naming the first key at fault.
 
     Args:
-        cfg: The composed config, without its ``hydra`` node (modified in place).
         keys: Rules of the plain keys (dotted).
-        plugins: Sections instantiated from ``_target_`` (checked against their class).
-        given: Dotted keys set on the command line (``policy._target_``, ``seed``).
-        free: Sections not checked here (e.g. a sub-tree the command reads itself).
+        plugins: Sections instantiated from ``_target_``.
+        given: Dotted keys set on the command line.
+        free: Sections not checked here (a sub-tree the command reads itself).
         optional: Plug-in sections that may be absent or null.
-
-    Raises:
-        ConfigError: naming the first key at fault.
     """
     given = {g.lstrip("+~") for g in given}
     sections = set(plugins) | {k.split(".")[0] for k in keys if "." in k} | set(free)

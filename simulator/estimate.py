@@ -1,13 +1,9 @@
 """Before any work: about how long an episode will run and how much memory it will need.
 
-A run that cannot fit in memory, or would run for hours, is refused by the preflight of every
-simulator command with one line naming the key that overrides it (``max_estimated_hours``,
-``max_estimated_memory_gb``). The estimate is a cost model fitted to ``benchmarks/sim/bench_scale.py``
-on the 2-core reference machine: per decision, a policy's own cost plus a cost that
-grows with the cluster (the free-block search), and memory of the interpreter, the caches, the
-policy (torch) and the cluster. It is rough (measured off by up to 8x, both ways, on clusters far
-from the benchmark's): enough for a "this would take 40 hours" or "this needs 90 GB" refusal, not
-for planning.
+A cost model fitted to ``benchmarks/sim/bench_scale.py``: per decision, a policy's own cost plus
+a cost growing with the cluster, and memory of the interpreter, caches, torch and the cluster.
+Rough (off by up to 8x): enough to refuse a run of hours or of more memory than the machine has
+(docs/scale.md).
 """
 
 from __future__ import annotations
@@ -21,20 +17,14 @@ from typing import Any
 #: Per-decision wall seconds ``(fixed, per server)`` of each policy class on one core, fitted to
 #: the scale benchmark (physical scenario, paper graphs, Poisson arrivals, streamed results).
 POLICY_COST_S: dict[str, tuple[float, float]] = {
-    # para_max: 86 / 100 / 120 / 215 us per job on 32 / 512 / 4,096 / 65,536 servers with the paper's
-    # cap of 16; 490 us on 65,536 when it may use every degree (the per-server term covers both).
     "ParaMax": (9.0e-5, 6.0e-9),
     "ParaMin": (1.2e-4, 1.0e-8),
     "RandomPolicy": (2.0e-4, 1.9e-8),
     "FixedDegree": (9.0e-5, 6.0e-9),
     "Sequential": (9.0e-5, 6.0e-9),
-    # min_feasible: 95 / 160 / 240-295 us / 1.36 ms.
     "MinFeasible": (1.2e-4, 1.9e-8),
-    # The shipped agent: 0.5 / 0.7 / 0.9 ms on 32 / 512 / 4,096 servers at high load, 7 ms on 65,536;
-    # 38 ms on a mostly free 65,536-server cluster (its free-block counts grow with free servers).
     "PacMLBetaPolicy": (5.0e-4, 6.0e-7),
     "PacMLCriticPolicy": (8.0e-4, 9.0e-7),
-    # Rollout planning: 0.2-0.3 s per decision on the paper cluster, 7.2 s on 65,536 servers.
     "RolloutLookahead": (0.3, 1.1e-4),
 }
 #: A policy this table does not know (a user's plug-in) is assumed to cost what min_feasible does.
@@ -43,13 +33,11 @@ DEFAULT_POLICY_COST_S = POLICY_COST_S["MinFeasible"]
 #: per job: its per-server cost is this many times the block mode's.
 OP_FIRST_FIT_FACTOR = 50.0
 
-#: Interpreter, numpy, SimPy and the graphs (175 MB measured), plus the placement and lookahead
-#: caches, each bounded (min_feasible on 65,536 servers peaks at 958 MB, para_max at 233 MB).
+#: Interpreter, numpy, SimPy and the graphs, plus the bounded placement and lookahead caches.
 BASE_MEMORY_BYTES = 1.0e9
 #: A policy that loads torch (``pacml.*``).
 TORCH_MEMORY_BYTES = 450e6
-#: Per server: coordinates, per-server arrays, occupancy and the running jobs it can hold
-#: (1,048,576 servers: 0.50 GB with para_max, 0.74 GB with min_feasible; 4.2 million: 1.4 GB).
+#: Per server: coordinates, per-server arrays, occupancy and the running jobs it can hold.
 PER_SERVER_MEMORY_BYTES = 500.0
 
 
@@ -83,12 +71,6 @@ def _cluster_servers(cluster: Mapping[str, Any]) -> int | None:
     return math.prod(dims) if all(d >= 1 for d in dims) else None
 
 
-def _policy_class(policy: Any) -> str:
-    if isinstance(policy, Mapping):
-        return str(policy.get("_target_", "")).rsplit(".", 1)[-1]
-    return ""
-
-
 def estimate_run(cfg: Mapping[str, Any], arrivals: float | None) -> RunEstimate | None:
     """The cost of the episode ``cfg`` describes (``None`` if the cluster is not a RAMP we can size)."""
     cluster = cfg.get("cluster")
@@ -98,13 +80,13 @@ def estimate_run(cfg: Mapping[str, Any], arrivals: float | None) -> RunEstimate 
     if servers is None:
         return None
     policy = cfg.get("policy")
-    name = _policy_class(policy)
+    target = str(policy.get("_target_", "")) if isinstance(policy, Mapping) else ""
+    name = target.rsplit(".", 1)[-1]
     fixed_s, per_server_s = POLICY_COST_S.get(name, DEFAULT_POLICY_COST_S)
     sim = cfg.get("sim")
     if isinstance(sim, Mapping) and sim.get("placement") == "op_first_fit":
         per_server_s *= OP_FIRST_FIT_FACTOR
     per_job = fixed_s + per_server_s * servers
-    target = str(policy.get("_target_", "")) if isinstance(policy, Mapping) else ""
     uses_torch = target.startswith("pacml.") or "pacml." in str(policy)
     memory = BASE_MEMORY_BYTES + (TORCH_MEMORY_BYTES if uses_torch else 0.0) + PER_SERVER_MEMORY_BYTES * servers
     finite = arrivals is not None and math.isfinite(arrivals)

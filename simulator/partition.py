@@ -1,14 +1,7 @@
 """Partitioning a training graph: per-op split counts and the partitioned (sub-op) graph.
 
-Spec §4. A partition degree ``a`` splits every forward op into ``n = min(a, even_ceil(c/q))``
-sub-ops (``c`` its compute time, ``q`` the minimum sub-op time, the SiP-ML rule "never make
-sub-ops shorter than the quantum"), and its backward mirror into the same ``n``. Consecutive split
-ops are joined all-to-all; the sub-ops of a split backward op exchange weight-synchronisation
-messages pairwise.
-
-``split_ops=False`` (``sim.split_ops=false``, the model-parallel scenario) splits no op: every
-op is one sub-op at every degree, so a job at degree ``k`` holds ``k`` servers and only *where*
-its ops run (an op placer, :mod:`simulator.allocation.op_placer`) can make it faster than on one server.
+Spec §4; docs/simulator.md ("Partitioning"). ``split_ops=False`` (``sim.split_ops=false``, the
+model-parallel scenario) splits no op.
 """
 
 from __future__ import annotations
@@ -25,27 +18,18 @@ from numpy.typing import NDArray
 from workloads.graph import TrainingGraph
 
 EdgeSizing = Literal["paper", "activation"]
-"""How dependency sizes are set.
-
-``paper``: as the original (spec §4.2): every edge first carries its source's memory
-(activation + parameters); edges touching split ops are divided by the split counts, and an edge
-between two split ops takes the memory of whichever op was split *first*, so some edges carry the
-child's memory (quirk §15.7). ``activation``: physical sizes: an edge carries the activation its
-source produces (forward) or the gradient of it (backward), sharded over the ``n_src x n_dst``
-sub-op pairs; weight-sync messages carry the sub-op's parameter shard.
-"""
+"""How dependency sizes are set: ``paper`` as the original (spec §4.2, quirk §15.7: an edge
+between split ops takes the memory of the op split first); ``activation``: the activation (or
+its gradient) sharded over the sub-op pairs, weight sync the parameter shard."""
 
 
 def split_counts(graph: TrainingGraph, degree: int, min_op_time_s: float,
                  split_sizes: tuple[int, ...] | None = None, split_ops: bool = True) -> NDArray[np.int64]:
     """Per forward op, its number of sub-ops at partition degree ``degree`` (spec §4.1).
 
-    ``n = max(1, min(2 * ceil(ceil(c / quantum) / 2), degree))``; a zero-time op is never split.
-    Computed with the same float operations as the original so split counts match exactly.
-    If ``split_sizes`` is given (the sizes that have a symmetric block on the cluster), ``n`` is
-    rounded down to the largest of them: the original would instead fail to place such an op
-    (e.g. 10 sub-ops on the paper RAMP; no paper graph has one at the paper's degrees).
-    ``split_ops=False`` returns 1 for every op (model parallelism: no op is split).
+    ``n = max(1, min(2 * ceil(ceil(c / quantum) / 2), degree))`` with the original's float
+    operations, rounded down to the largest of ``split_sizes`` if given; 1 for every op when
+    ``split_ops`` is false.
     """
     if degree < 1:
         raise ValueError(f"degree must be >= 1, got {degree}")
@@ -267,15 +251,10 @@ class PartitionedGraph(_SplitGraph):
 
 @dataclass(frozen=True, eq=False)
 class AggregatePartition(_SplitGraph):
-    """A training graph split at one degree, with dependencies kept at op level.
-
-    The same sub-ops as :class:`PartitionedGraph` (``offset``, ``sub_origin``, ``sub_time_s``,
-    ``sub_memory_bytes``), but each training edge ``u -> v`` stays one op-level edge standing for
-    its ``n_u x n_v`` all-to-all dependencies (all of one size), and each split backward op's
-    ``n (n - 1)`` weight-sync messages are described by the op and one pair's bytes. Memory and
-    build time are O(sub-ops + training edges) at any degree, where the dependency-level graph is
-    O(sum of n_u x n_v); :class:`simulator.step_model.StepModel` times steps on this form with the
-    same results (:func:`simulator.place.kernel.aggregate_schedule_nb`).
+    """A training graph split at one degree, with dependencies kept at op level: each training
+    edge stands for its ``n_u x n_v`` all-to-all dependencies and each split backward op's weight
+    sync for its pairs, so it costs O(sub-ops + training edges) at any degree; the step model
+    times it with the same results as :class:`PartitionedGraph`.
 
     Attributes:
         op_splits: Split count of every training op (forward then backward).
@@ -370,11 +349,8 @@ class AggregatePartition(_SplitGraph):
 
     @cached_property
     def total_bytes(self) -> float:
-        """Sub-op memory plus dependency sizes (as :attr:`PartitionedGraph.total_bytes`).
-
-        Equal to it up to floating-point summation order (the last bits): the dependency sizes
-        are summed as ``count x size`` per edge instead of one dependency at a time.
-        """
+        """Sub-op memory plus dependency sizes (:attr:`PartitionedGraph.total_bytes` up to
+        summation order)."""
         return float(self.sub_memory_bytes.sum() + self.dep_bytes_sum)
 
 
@@ -382,16 +358,11 @@ class Partitioner:
     """Builds (and caches) partitioned graphs per ``(graph, degree)``.
 
     Args:
-        min_op_time_s: The SiP-ML quantum: ops are not split below this sub-op time
-            (paper preset 0.01 in its time unit; physically 10 us for PipeDream profiles).
+        min_op_time_s: The SiP-ML quantum: ops are not split below this sub-op time.
         edge_sizing: Dependency sizing rule (:data:`EdgeSizing`).
-        split_sizes: Split counts that can be placed (those with a symmetric block); others
-            are rounded down (see :func:`split_counts`). Either one tuple for every degree, or a
-            function of the degree (block placement: the sizes with a symmetric block inside
-            every block of that degree, :meth:`simulator.topology.RampTopology.block_split_sizes`).
-            ``None`` keeps the raw rule.
-        split_ops: ``True``: the SiP-ML split rule above. ``False``: no op is split (one sub-op
-            per op at every degree; the model-parallel scenario).
+        split_sizes: Split counts that can be placed, one tuple or a function of the degree
+            (:meth:`~simulator.topology.RampTopology.block_split_sizes`); ``None``: the raw rule.
+        split_ops: ``False``: no op is split (the model-parallel scenario).
     """
 
     def __init__(self, min_op_time_s: float = 0.01, edge_sizing: EdgeSizing = "paper",
@@ -408,8 +379,6 @@ class Partitioner:
         self.split_sizes: tuple[int, ...] | Callable[[int], tuple[int, ...]] | None = (
             split_sizes if split_sizes is None or callable(split_sizes) else tuple(sorted(split_sizes)))
         self.split_ops = bool(split_ops)
-        # Keys carry the split rule too, so an entry can never be read under the other rule
-        # (belt and braces: a partitioner's rule is fixed at construction).
         self._splits: dict[tuple[str, int, bool], NDArray[np.int64]] = {}
         self._graphs: dict[tuple[str, int, bool], PartitionedGraph] = {}
         self._aggregates: dict[tuple[str, int, bool], AggregatePartition] = {}
@@ -439,9 +408,5 @@ class Partitioner:
         return self._aggregates[key]
 
     def total_bytes(self, graph: TrainingGraph, degree: int) -> float:
-        """Sub-op memory plus dependency bytes at ``degree`` (a record's ``cluster_bytes``).
-
-        :attr:`PartitionedGraph.total_bytes` without building the dependencies; equal to it up to
-        summation order (the last bits).
-        """
+        """Sub-op memory plus dependency bytes at ``degree`` (a record's ``cluster_bytes``)."""
         return self.aggregate(graph, degree).total_bytes

@@ -1,15 +1,10 @@
 """The SimPy simulation: jobs arrive, a policy decides, servers are held for the JCT and released.
 
-Time advances only through SimPy events. At each arrival the arrival process raises a *decision
-point* and waits; the driver (``run`` with a policy, or the Gymnasium environment) calls
-:meth:`Simulation.next_job`, decides and calls :meth:`Simulation.apply`; an accepted job holds its
-servers for exactly its JCT (jobs never share servers). ``horizon_accounting`` (spec §8.2):
-``drain`` decides every arrival up to the horizon and runs accepted jobs to completion (time
-averages over ``[0, horizon]``); ``paper`` stops at the horizon and counts jobs still running as
-blocked (``running_at_horizon``). Every job gets exactly one outcome
-(:data:`simulator.records.Outcome`): arrived = accepted + blocked + unresolved. Final records go to
-a :class:`~simulator.records.RecordSink` (``MemorySink`` or ``CsvStreamSink``) and to the running
-totals of the summary, so memory grows with the jobs running, not with the episode.
+At each arrival the driver (:meth:`Simulation.run` with a policy, or the Gymnasium environment)
+calls :meth:`Simulation.next_job`, decides and calls :meth:`Simulation.apply`; an accepted job
+holds its servers for exactly its JCT. ``horizon_accounting`` (``drain`` or ``paper``, spec §8.2):
+docs/simulator.md. Final records go to a :class:`~simulator.records.RecordSink` and to the
+running totals of the summary.
 """
 
 from __future__ import annotations
@@ -203,8 +198,7 @@ class Simulation:
 
     @property
     def records(self) -> list[JobRecord]:
-        """Records of the jobs resolved so far, kept by the sink (in the order they resolved
-        during the run, by job id once finalized); always empty with a streaming sink."""
+        """Records of the jobs resolved so far, kept by the sink (empty with a streaming sink)."""
         return self.sink.records
 
     def _resolve(self, record: JobRecord) -> None:
@@ -259,8 +253,7 @@ class Simulation:
         return state
 
     def _running_now(self) -> tuple[tuple[float, int], ...]:
-        """``(end_time_s, server_mask)`` of the running jobs, by end time (``ClusterState.running``,
-        built only when a policy reads it: most never do)."""
+        """``(end_time_s, server_mask)`` of the running jobs, by end time (``ClusterState.running``)."""
         return tuple(self._running_sorted)
 
     def _releases_now(self) -> tuple[tuple[float, int], ...]:
@@ -268,9 +261,8 @@ class Simulation:
         return tuple((end_s, n) for end_s, _, n in self._releases_sorted)
 
     def _freeze_state(self) -> None:
-        """Before the running jobs change: if the last state handed out is still referenced (a
-        policy or driver kept it) and has not built its ``running`` yet, build it now, so that it
-        stays a snapshot of its decision; a dropped state costs nothing."""
+        """Before the running jobs change: a state handed out and still referenced builds its lazy
+        ``running`` now, so that it stays a snapshot of its decision."""
         ref, self._live_state = self._live_state, None
         state = ref() if ref is not None else None
         if state is not None and "running" not in state.__dict__:
@@ -279,15 +271,12 @@ class Simulation:
                 state.__dict__["releases"] = self._releases_now()
 
     def apply(self, decision: Decision) -> JobRecord | None:
-        """Apply ``decision`` to the pending job.
-
-        Returns:
-            The job's record if it was blocked now, ``None`` if it was accepted (its record is
-            written when it completes).
+        """Apply ``decision`` to the pending job; returns its record if it was blocked now, ``None``
+        if it was accepted.
 
         Raises:
-            InvalidDecision: For a degree outside the action set or a placement that is not a
-                free symmetric block of that degree.
+            InvalidDecision: A degree outside the action set or a placement that is not a free
+                symmetric block of that degree.
         """
         pending = self._pending
         if pending is None or pending.table is None:
@@ -433,13 +422,11 @@ class Simulation:
         self._finalized = True
         if self.horizon_s is None:  # the window is [0, now]: clip jobs a stopped run leaves running
             self.totals.set_window(self.env.now)
+        paper = self.accounting == "paper"  # jobs still running at the horizon are blocked
         for run in sorted(self._running.values(), key=lambda r: r.job.job_id):
-            if self.accounting == "paper":
-                self._resolve(self._record(run.job, run.degree, run.placement, "blocked", "running_at_horizon",
-                                           run.jct_s, run.start_s, NAN, run.cluster_bytes, run.busy_server_s))
-            else:
-                self._resolve(self._record(run.job, run.degree, run.placement, "running", "",
-                                           run.jct_s, run.start_s, NAN, run.cluster_bytes, run.busy_server_s))
+            self._resolve(self._record(run.job, run.degree, run.placement, "blocked" if paper else "running",
+                                       "running_at_horizon" if paper else "", run.jct_s, run.start_s, NAN,
+                                       run.cluster_bytes, run.busy_server_s))
         upcoming = self._upcoming
         if upcoming is not None and self.horizon_s is not None and upcoming.arrival_time_s <= self.horizon_s:
             self._resolve(self._record(upcoming, 0, None, "unresolved", "", NAN, NAN, NAN, NAN, NAN))

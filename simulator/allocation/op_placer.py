@@ -1,14 +1,9 @@
 """Op placers inside a job's allocated RAMP block (``sim.placement=block``, ``sim.op_placer=<method>``).
 
-The bridge between job allocation (this package) and op placement (:mod:`simulator.place`): the
-job's partitioned graph becomes a :class:`ComputeGraph` (sub-ops; sub-op ``i`` of an op grouped
-with that of its backward mirror), the block's servers a :class:`DeviceSet`
-(:func:`ramp_block_devices`), and any ``conf/method/`` placer optimises the ``step`` objective;
-its placement becomes ``Placement.op_servers`` and the JCT comes from the step model. Full-width
-split ops stay where first fit put them (compute ``inf`` elsewhere), narrower split ops are
-snapped to a symmetric sub-block, unsplit ops are free; a placement that breaks a rule is
-repaired or replaced by first fit, and every repair is counted (:meth:`BlockOpPlacer.info`).
-The rules in full: docs/simulator.md ("Op placers inside a block: the rules").
+The bridge between job allocation and op placement (:mod:`simulator.place`): the job's
+partitioned graph becomes a :class:`ComputeGraph`, the block's servers a device set, and any
+``conf/method/`` placer optimises the ``step`` objective. The rules: docs/simulator.md ("Op
+placers inside a block: the rules").
 """
 
 from __future__ import annotations
@@ -244,9 +239,8 @@ class BlockOpPlacer:
 
     @staticmethod
     def _snap(want: tuple[int, ...], candidates: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-        """The candidate block holding most of the wanted devices (first on ties), with each sub-op
-        on its wanted device where that device is in the block and not taken, else on the block's
-        next free device."""
+        """The candidate block holding most of the wanted devices (first on ties), each sub-op on its
+        wanted device where that is in the block and free, else on the block's next free one."""
         wanted = set(want)
         best = max(candidates, key=lambda c: len(wanted.intersection(c)))  # max keeps the first on ties
         taken: set[int] = set()

@@ -37,12 +37,7 @@ def _check_mask(mask: str) -> MaskKind:
 
 def first_feasible_block(table: FeasibilityTable, degree: int, limit: int) -> Block | None:
     """The first of the first ``limit`` free blocks of ``degree`` servers (first-fit order) in
-    which the job meets its target; ``None`` if none of them does (or ``degree`` is 0).
-
-    A rule's degree is otherwise placed by the scenario's placer (the paper's: ops first fit
-    across the cluster); placing the job in a whole symmetric block, and looking past blocks
-    where it would miss its target, accepts more jobs.
-    """
+    which the job meets its target; ``None`` if none of them does (or ``degree`` is 0)."""
     if degree == 0 or limit <= 0:
         return None
     # Lazily: a slice would make all ``limit`` blocks, and the first one usually takes the job.
@@ -76,11 +71,9 @@ def placed_decision(table: FeasibilityTable, degree: int, block_search: int,
                     left_s: float | None = None) -> Decision:
     """``Decision(degree)``, in the first feasible block when ``block_search`` > 0 finds one.
 
-    ``left_s`` (the horizon guard, :func:`horizon_left_s`): a job whose JCT there would reach past
-    the horizon, where it counts as blocked, takes instead the smallest feasible degree at which
-    it ends before the horizon (placed the same way), or is rejected: blocked either way, a
-    rejected job leaves its servers to the jobs after it. A degree that cannot be placed is left
-    as it is (the simulation blocks it as before).
+    ``left_s`` (the horizon guard, :func:`horizon_left_s`): a job that would still run at the
+    horizon (and count as blocked) takes instead the smallest feasible degree at which it ends in
+    time, or is rejected, leaving its servers to the jobs after it.
     """
     block = first_feasible_block(table, degree, block_search) if block_search else None
     if left_s is not None and degree:
@@ -103,10 +96,8 @@ class ParaMax:
     Args:
         max_degree: Cap on the degree.
         mask: Which degrees count as allowed (``paper`` reproduces the original).
-        block_search: 0: the scenario's placer places the job; N: the first of the first N free
-            blocks of the degree in which the job meets its target (:func:`first_feasible_block`).
-        horizon_guard: With the paper's accounting, a job that would still run at the horizon
-            takes a degree at which it ends in time, or is rejected (:func:`placed_decision`).
+        block_search: 0, or how many free blocks :func:`first_feasible_block` may look at.
+        horizon_guard: See :func:`placed_decision`.
     """
 
     def __init__(self, max_degree: int = 16, mask: MaskKind = "paper", block_search: int = 0,
@@ -168,8 +159,7 @@ class RandomPolicy:
 
 
 def _offered(degree: int, degrees: tuple[int, ...]) -> str:
-    """The offered degrees for an error message: all of them when few, else the nearest ones (a
-    65,536-server RAMP offers 308)."""
+    """The offered degrees for an error message: all of them when few, else the nearest ones."""
     if len(degrees) <= 16:
         return f"degrees: {degrees}"
     below = max((d for d in degrees if d < degree), default=None)
@@ -213,34 +203,19 @@ class Sequential(FixedDegree):
 
 def min_feasible_degree(table: FeasibilityTable, min_degree: int) -> int:
     """The ``MinFeasible(min_degree)`` rule: the smallest feasible degree >= ``min_degree``,
-    else the largest feasible one below it, else 0.
-
-    Degrees are tested upward from ``min_degree``, then downward below it, stopping at the first
-    feasible one: the same answer as testing every degree, without the lookaheads and placements
-    of the degrees below ``min_degree`` when one above it fits (on 512 servers these tests were
-    most of a decision's cost).
-    """
-    # Nothing above max_placeable_degree is tested (exact; saves ~300 tests a job on a full
-    # 65,536-server cluster).
+    else the largest feasible one below it, else 0 (tested in that order, stopping at the first)."""
     order = min_feasible_order(table.degrees, table.max_placeable_degree, min_degree)
     return next((d for d in order if table.feasible(d)), 0)
 
 
 class MinFeasible:
-    """The smallest degree that can be placed now and whose simulated JCT meets the target.
-
-    Uses the exact feasibility (placement + lookahead), so it never picks a degree that will be
-    blocked; it rejects only when no degree works. With ``min_degree > 1`` it takes the smallest
-    feasible degree of at least ``min_degree`` (falling back to the largest feasible one below
-    it): on the paper RAMP, 4-server blocks tile the cluster without stranding servers, which
-    packs more jobs than the narrowest degree does.
+    """The smallest degree that can be placed now and whose simulated JCT meets the target
+    (exact feasibility: it rejects only when no degree works).
 
     Args:
-        min_degree: Smallest degree to prefer (1 = plain ``min_feasible``).
-        block_search: 0: the scenario's placer places the job; N: the first of the first N free
-            blocks of the degree in which the job meets its target (:func:`first_feasible_block`).
-        horizon_guard: With the paper's accounting, a job that would still run at the horizon
-            takes a degree at which it ends in time, or is rejected (:func:`placed_decision`).
+        min_degree: Smallest degree to prefer (:func:`min_feasible_degree`).
+        block_search: 0, or how many free blocks :func:`first_feasible_block` may look at.
+        horizon_guard: See :func:`placed_decision`.
     """
 
     def __init__(self, min_degree: int = 1, block_search: int = 0, horizon_guard: bool = False) -> None:
