@@ -12,6 +12,7 @@ as clearly bad input (it would otherwise overflow later, e.g. in the split-count
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -266,28 +267,30 @@ class TrainingGraph:
         return depth
 
 
+def _kahn(num_nodes: int, edges: Iterable[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Kahn's algorithm, seeded with zero in-degree nodes in index order: the order of the nodes
+    it removes, and every node's in-degree left (> 0 exactly on or behind a cycle)."""
+    succ: list[list[int]] = [[] for _ in range(num_nodes)]
+    indeg = [0] * num_nodes
+    for s, d in edges:
+        succ[s].append(d)
+        indeg[d] += 1
+    order = [i for i in range(num_nodes) if indeg[i] == 0]
+    for u in order:  # grows while it is walked
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order.append(v)
+    return order, indeg
+
+
 def topological_order(num_nodes: int, edges: NDArray[np.int64]) -> tuple[int, ...]:
     """Kahn's algorithm, seeded with zero in-degree nodes in index order.
 
     Raises:
         ValueError: If the graph has a cycle (the message lists a node on it).
     """
-    succ: list[list[int]] = [[] for _ in range(num_nodes)]
-    indeg = [0] * num_nodes
-    for s, d in np.asarray(edges).reshape(-1, 2).tolist():
-        succ[s].append(d)
-        indeg[d] += 1
-    queue = [i for i in range(num_nodes) if indeg[i] == 0]
-    order: list[int] = []
-    head = 0
-    while head < len(queue):
-        u = queue[head]
-        head += 1
-        order.append(u)
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                queue.append(v)
+    order, indeg = _kahn(num_nodes, np.asarray(edges).reshape(-1, 2).tolist())
     if len(order) != num_nodes:
         stuck = next(i for i in range(num_nodes) if indeg[i] > 0)
         raise ValueError(f"graph has a cycle through node index {stuck}")
@@ -301,29 +304,17 @@ def find_cycle(num_nodes: int, edges: list[tuple[int, int]]) -> list[int] | None
     walking remaining predecessors from any of them must revisit a node, closing a cycle.
     Linear in nodes + edges.
     """
-    indeg = [0] * num_nodes
-    succ: list[list[int]] = [[] for _ in range(num_nodes)]
+    order, indeg = _kahn(num_nodes, edges)
+    if len(order) == num_nodes:
+        return None
     pred: list[list[int]] = [[] for _ in range(num_nodes)]
     for s, d in edges:
-        succ[s].append(d)
         pred[d].append(s)
-        indeg[d] += 1
-    queue = [i for i in range(num_nodes) if indeg[i] == 0]
-    removed = [False] * num_nodes
-    while queue:
-        u = queue.pop()
-        removed[u] = True
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                queue.append(v)
-    node = next((i for i in range(num_nodes) if not removed[i]), None)
-    if node is None:
-        return None
+    node = next(i for i in range(num_nodes) if indeg[i] > 0)
     seen: dict[int, int] = {}
     walk: list[int] = []
     while node not in seen:
         seen[node] = len(walk)
         walk.append(node)
-        node = next(p for p in pred[node] if not removed[p])
+        node = next(p for p in pred[node] if indeg[p] > 0)
     return walk[seen[node]:][::-1]
