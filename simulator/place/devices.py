@@ -19,7 +19,14 @@ from simulator.errors import ConfigError
 
 #: Kind of a host CPU: it pays no communication in the pipeline (max-load) objective.
 CPU_KIND = "cpu"
-LINK_TYPES = ("full_mesh", "two_level", "host_accelerator")
+#: Keys of each link layout (``links.type``, a :class:`DeviceSet` constructor) and their defaults.
+LINK_DEFAULTS: dict[str, dict[str, float]] = {
+    "full_mesh": {"bandwidth_Bps": 4e11, "latency_s": 2.5e-7},
+    "two_level": {"devices_per_server": 8, "intra_bandwidth_Bps": 3e11, "intra_latency_s": 1e-6,
+                  "inter_bandwidth_Bps": 2.5e10, "inter_latency_s": 5e-6},
+    "host_accelerator": {"host_bandwidth_Bps": 2.5e10, "host_latency_s": 1e-5, "peer_bandwidth_Bps": 3e11,
+                         "peer_latency_s": 2e-6},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +120,6 @@ class DeviceSet:
     def is_cpu(self) -> NDArray[np.bool_]:
         """Whether each device is a host CPU."""
         return np.array([dev.kind == CPU_KIND for dev in self.devices], dtype=bool)
-
-    def index(self, name: str) -> int:
-        """Index of the device called ``name`` (``KeyError`` if none)."""
-        for i, dev in enumerate(self.devices):
-            if dev.name == name:
-                return i
-        raise KeyError(name)
 
     def transfer_time_s(self, src: NDArray[np.int64], dst: NDArray[np.int64],
                         size_bytes: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -242,36 +242,22 @@ def device_set_from_config(cfg: Mapping[str, Any], *, where: str = "devices") ->
         raise ConfigError(f"expected a mapping with a 'type', got {links!r}", field=f"{where}.links")
     kind = links.get("type", "full_mesh")
     lw = f"{where}.links"
-    expected = {
-        "full_mesh": ("bandwidth_Bps", "latency_s"),
-        "two_level": ("devices_per_server", "intra_bandwidth_Bps", "intra_latency_s", "inter_bandwidth_Bps",
-                      "inter_latency_s"),
-        "host_accelerator": ("host_bandwidth_Bps", "host_latency_s", "peer_bandwidth_Bps", "peer_latency_s"),
-    }
-    if kind not in expected:
-        raise ConfigError(f"unknown link layout {kind!r} (expected {', '.join(LINK_TYPES)})", field=f"{lw}.type")
-    unknown = sorted(set(links) - {"type", *expected[kind]})
+    if kind not in LINK_DEFAULTS:
+        raise ConfigError(f"unknown link layout {kind!r} (expected {', '.join(LINK_DEFAULTS)})", field=f"{lw}.type")
+    unknown = sorted(set(links) - {"type", *LINK_DEFAULTS[kind]})
     if unknown:
-        raise ConfigError(f"unknown key for {kind} (expected {', '.join(expected[kind])})", field=f"{lw}.{unknown[0]}")
-    name = str(cfg.get("name", "devices"))
-    if kind == "full_mesh":
-        return DeviceSet.full_mesh(name, devices, bandwidth_Bps=_num(links, "bandwidth_Bps", lw, default=4e11),
-                                   latency_s=_num(links, "latency_s", lw, positive=False, default=2.5e-7))
-    if kind == "two_level":
-        per = links.get("devices_per_server", 8)
-        if isinstance(per, bool) or not isinstance(per, int) or per < 1:
-            raise ConfigError(f"must be an integer >= 1, got {per!r}", field=f"{lw}.devices_per_server")
-        return DeviceSet.two_level(
-            name, devices, devices_per_server=per,
-            intra_bandwidth_Bps=_num(links, "intra_bandwidth_Bps", lw, default=3e11),
-            intra_latency_s=_num(links, "intra_latency_s", lw, positive=False, default=1e-6),
-            inter_bandwidth_Bps=_num(links, "inter_bandwidth_Bps", lw, default=2.5e10),
-            inter_latency_s=_num(links, "inter_latency_s", lw, positive=False, default=5e-6))
-    return DeviceSet.host_accelerator(
-        name, devices, host_bandwidth_Bps=_num(links, "host_bandwidth_Bps", lw, default=2.5e10),
-        host_latency_s=_num(links, "host_latency_s", lw, positive=False, default=1e-5),
-        peer_bandwidth_Bps=_num(links, "peer_bandwidth_Bps", lw, default=3e11),
-        peer_latency_s=_num(links, "peer_latency_s", lw, positive=False, default=2e-6))
+        raise ConfigError(f"unknown key for {kind} (expected {', '.join(LINK_DEFAULTS[kind])})",
+                          field=f"{lw}.{unknown[0]}")
+    args: dict[str, Any] = {}
+    for key, default in LINK_DEFAULTS[kind].items():
+        if key == "devices_per_server":
+            per = links.get(key, default)
+            if isinstance(per, bool) or not isinstance(per, int) or per < 1:
+                raise ConfigError(f"must be an integer >= 1, got {per!r}", field=f"{lw}.{key}")
+            args[key] = per
+        else:
+            args[key] = _num(links, key, lw, positive=not key.endswith("latency_s"), default=default)
+    return getattr(DeviceSet, kind)(str(cfg.get("name", "devices")), devices, **args)
 
 
 def ramp_block_devices(topology: Any, servers: Sequence[int], *, name: str = "ramp_block") -> DeviceSet:

@@ -20,6 +20,7 @@ from simulator.place.heuristics import HeftPlacer, METFPlacer, PipeDreamPlacer
 from simulator.place.objectives import BoundObjective, PipelineObjective
 from simulator.place.placer import (
     PlacerResult,
+    accelerators,
     check_bool,
     check_float,
     check_int,
@@ -329,11 +330,8 @@ class LocalSearchPlacer:
         return timed(objective, lambda: self._run(objective, seed))
 
     def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
-        devs = objective.devices
         rng = np.random.default_rng(seed)
-        targets = np.flatnonzero(~devs.is_cpu)
-        if not len(targets):
-            targets = np.arange(devs.num_devices)
+        targets = accelerators(objective)
         gtime = group_time(objective)
         runnable = np.isfinite(gtime[:, targets])
         movable = np.flatnonzero(runnable.any(axis=1))
