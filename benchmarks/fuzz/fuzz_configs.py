@@ -67,6 +67,16 @@ def bad(*args: str, names: str | tuple[str, ...] = (), touches: str | tuple[str,
     return Atom(tuple(args), True, tuple(named or keys), frozenset({k.split(".")[0] for k in keys} | set(extra)))
 
 
+def bad_values(rng: random.Random, rows: Iterable[tuple[str, str | list[str]]]) -> list[Atom]:
+    """One bad piece per ``("[ARGS ...] KEY", values)`` row: the args, then ``KEY=`` one of ``values``
+    (a str: that value); a rejection must name ``KEY``."""
+    atoms = []
+    for spec, values in rows:
+        *before, key = spec.split()
+        atoms.append(bad(*before, f"{key}={values if isinstance(values, str) else rng.choice(values)}", names=key))
+    return atoms
+
+
 # ------------------------------------------------------------------------------- grammar
 def _typo(rng: random.Random, word: str, known: set[str]) -> str | None:
     """A one-edit misspelling of ``word`` that is not itself a known key."""
@@ -127,31 +137,21 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
         good("max_arrivals=2000000"),
         good("progress=false"),
     ]
-    b: list[Atom] = []
-    for key in INT_KEYS:
-        b.append(bad(f"{key}={rng.choice(WRONG_INT)}"))
-    for key in FLOAT_KEYS:
-        b.append(bad(f"{key}={rng.choice(WRONG_FLOAT)}"))
-    for key in BOOL_KEYS:
-        b.append(bad(f"{key}={rng.choice(WRONG_BOOL)}"))
+    b = bad_values(rng, [*((key, WRONG_INT) for key in INT_KEYS), *((key, WRONG_FLOAT) for key in FLOAT_KEYS),
+                         *((key, WRONG_BOOL) for key in BOOL_KEYS), ("seed", ["-1", str(2**64), "-100"])])
     b += [
-        bad(f"seed={rng.choice(['-1', str(2**64), '-100'])}"),
-        bad(f"horizon_s={rng.choice(['-1', '0', 'abc', '[1e5]', 'null'])}", names=("horizon_s",),
-            touches="arrivals"),
-        bad(f"mean_interarrival_s={rng.choice(['0', '-5'])}"),
-        bad(f"horizon_accounting={rng.choice(['bogus', 'Drain', '1'])}"),
-        bad(f"sim.placement={rng.choice(['first_fit', 'null', '3'])}"),
-        bad(f"sim.edge_sizing={rng.choice(['x', 'PAPER'])}"),
-        bad("workload.num_training_steps=0"),
-        bad("workload.weights=[1,-1,1,1,1]"),
-        bad("beta=fixed", f"beta.value={rng.choice(['1.5', '0', '-0.2', 'abc', 'null'])}",
-            names="beta.value"),
-        bad("beta=uniform", f"beta.high={rng.choice(['2', '1.01', 'abc'])}", names="beta.high"),
+        bad(f"horizon_s={rng.choice(['-1', '0', 'abc', '[1e5]', 'null'])}", touches="arrivals"),
+        *bad_values(rng, [
+            ("mean_interarrival_s", ["0", "-5"]), ("horizon_accounting", ["bogus", "Drain", "1"]),
+            ("sim.placement", ["first_fit", "null", "3"]), ("sim.edge_sizing", ["x", "PAPER"]),
+            ("workload.num_training_steps", "0"), ("workload.weights", "[1,-1,1,1,1]"),
+            ("beta=fixed beta.value", ["1.5", "0", "-0.2", "abc", "null"]),
+            ("beta=uniform beta.high", ["2", "1.01", "abc"])]),
         bad("beta=uniform", "beta.low=0.9", "beta.high=0.1", names=("beta.low", "beta.high")),
         bad("beta=pmf", "beta.values=[0.5,2,1]", names="beta"),
-        bad(f"cluster.num_racks_per_group={rng.choice(['0', '-1', '1.5', 'abc'])}"),
-        bad(f"cluster.max_degree={rng.choice(['0', 'x', 'null'])}"),
-        bad(f"cluster.memory_capacity_bytes={rng.choice(['-1', '0', 'abc'])}"),
+        *bad_values(rng, [("cluster.num_racks_per_group", ["0", "-1", "1.5", "abc"]),
+                          ("cluster.max_degree", ["0", "x", "null"]),
+                          ("cluster.memory_capacity_bytes", ["-1", "0", "abc"])]),
         bad(f"{rng.choice(['sim', 'workload', 'cluster', 'arrivals', 'beta'])}=null",
             touches=("sim", "workload", "cluster", "arrivals", "beta")),
         bad("workload.graphs=null"),
@@ -187,9 +187,8 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
             good(f"out_dir={tempfile.gettempdir()}/pacml-fuzz-out"),
         ]
         b += [
-            bad("policy=fixed", f"policy.degree={rng.choice(['3', '-1', '1.5', 'abc', '[4]'])}", names="policy.degree"),
-            bad(f"policy._target_={rng.choice(['nope.Missing', 'simulator.policies.heuristics.Nope', '123'])}",
-                names="policy._target_"),
+            *bad_values(rng, [("policy=fixed policy.degree", ["3", "-1", "1.5", "abc", "[4]"]),
+                              ("policy._target_", ["nope.Missing", "simulator.policies.heuristics.Nope", "123"])]),
             bad(f"policy.max_degree={rng.choice(['abc', 'null', '1.5'])}", touches="policy"),
             bad("policy.mask=bogus", touches="policy"),
             bad("policy=null", names="policy"),
@@ -204,11 +203,9 @@ def hydra_atoms(rng: random.Random, command: str, known: set[str]) -> tuple[list
             good("distill.episodes=4"), good("distill.margin_jobs=0.5"),
             good("distill.critic_margins=[0.0,0.2]"), good("distill.time_budget_s=60"),
         ]
-        b += [
-            bad(f"distill.episodes={rng.choice(['0', '-1', 'abc'])}"),
-            bad("distill.critic_margins=[-1]"), bad("distill.eval_seeds=[]"), bad("distill.episods=3"),
-            bad("distill=null"), bad("distill.workers=0"),
-        ]
+        b += bad_values(rng, [("distill.episodes", ["0", "-1", "abc"]), ("distill.critic_margins", "[-1]"),
+                              ("distill.eval_seeds", "[]"), ("distill.episods", "3"), ("distill", "null"),
+                              ("distill.workers", "0")])
     return g, b
 
 
@@ -222,7 +219,7 @@ TRAIN_BASE = {"ppo.total_steps": "64", "ppo.num_envs": "2", "ppo.num_steps": "16
               "ppo.condition_jobs": "40", "ppo.val_conditions": "1", "horizon_s": "3e4", "progress": "false"}
 #: A physical-scenario line's episode length instead (its arrivals come every second).
 TRAIN_PHYSICAL_HORIZON_S = "40"
-#: Run directory of the ``pacml-train`` run that resume pieces continue (written by :func:`train_run`).
+#: Run directory of the ``pacml-train`` run that resume pieces continue (written by :func:`main`).
 TRAIN_RUN = "train_run"
 #: What a resume piece shares with every other piece that would change the run's settings (a resumed
 #: run keeps them; changing one is a rejection, covered by the bad resume pieces).
@@ -252,22 +249,18 @@ def train_atoms_good(rng: random.Random) -> list[Atom]:
 def train_atoms_bad(rng: random.Random) -> list[Atom]:
     """Clearly invalid pieces of a ``pacml-train`` command line (besides the simulator's)."""
     return [
-        bad(f"ppo.gamma={rng.choice(['2', '-0.1', 'abc'])}"), bad(f"ppo.num_envs={rng.choice(['0', '1.5', 'x'])}"),
-        bad(f"ppo.learning_rate={rng.choice(['-1', '0', 'fast'])}"),
-        bad(f"ppo.warmstart={rng.choice(['maybe', '1', 'true'])}"),
-        bad("ppo.foo=1"), bad("ppo=null"), bad("reward.success=abc"), bad("reward._target_=nope.X"),
-        bad("resume=''"), bad("ppo.eval_seeds=[]"), bad(f"ppo.mask={rng.choice(['all', 'null'])}"),
-        bad("ppo.time_budget_s=-5"), bad("ppo.anneal_lr=sometimes"),
-        bad(f"ppo.warmstart_budget_frac={rng.choice(['0', '1.5', '-1', 'half'])}"),
-        bad(f"ppo.warmstart_candidates={rng.choice(['[]', '[0]', '[-2]', 'abc'])}"),
-        bad(f"ppo.num_minibatches={rng.choice(['0', '-1'])}"), bad(f"ppo.total_steps={rng.choice(['0', '-64', '1.5'])}"),
-        bad(f"ppo.placement_candidates={rng.choice(['-1', 'x'])}"), bad(f"ppo.torch_threads={rng.choice(['0', 'x'])}"),
-        bad(f"ppo.val_conditions={rng.choice(['0', '-1'])}"), bad(f"ppo.target_kl={rng.choice(['0', '-0.1'])}"),
-        bad("ppo.random_conditions=true", "cluster=ramp32_hetero", names="cluster"),
-        bad(f"policy={rng.choice(['pacml', 'para_max'])}", names="policy"),
+        *bad_values(rng, [
+            ("ppo.gamma", ["2", "-0.1", "abc"]), ("ppo.num_envs", ["0", "1.5", "x"]),
+            ("ppo.learning_rate", ["-1", "0", "fast"]), ("ppo.warmstart", ["maybe", "1", "true"]),
+            ("ppo.foo", "1"), ("ppo", "null"), ("reward.success", "abc"), ("reward._target_", "nope.X"),
+            ("resume", "''"), ("ppo.eval_seeds", "[]"), ("ppo.mask", ["all", "null"]), ("ppo.time_budget_s", "-5"),
+            ("ppo.anneal_lr", "sometimes"), ("ppo.warmstart_budget_frac", ["0", "1.5", "-1", "half"]),
+            ("ppo.warmstart_candidates", ["[]", "[0]", "[-2]", "abc"]), ("ppo.num_minibatches", ["0", "-1"]),
+            ("ppo.total_steps", ["0", "-64", "1.5"]), ("ppo.placement_candidates", ["-1", "x"]),
+            ("ppo.torch_threads", ["0", "x"]), ("ppo.val_conditions", ["0", "-1"]), ("ppo.target_kl", ["0", "-0.1"]),
+            ("ppo.random_conditions=true cluster", "ramp32_hetero"), ("policy", ["pacml", "para_max"])]),
         bad(f"policy.block_search={rng.choice(['-1', '8'])}", names="policy"),
-        bad("out_dir=/tmp/x", names="out_dir"), bad("skip_finished=false", names="skip_finished"),
-        bad("resume=/nonexistent/run", names="resume"),
+        *bad_values(rng, [("out_dir", "/tmp/x"), ("skip_finished", "false"), ("resume", "/nonexistent/run")]),
         bad(f"resume={{tmp}}/{TRAIN_RUN}", f"{rng.choice(['ppo.gamma=0.5', 'beta=D', 'ppo.hidden_channels=32'])}",
             names=("ppo.gamma", "beta", "ppo.hidden_channels"), touches=RESUME_TOUCHES),
     ]
@@ -288,16 +281,13 @@ def with_train_base(args: list[str], tmp: Path) -> list[str]:
     return flags + [a for a in args if not a.startswith("-")] + [f"{k}={v}" for k, v in base.items() if free(k)]
 
 
-def train_run(tmp: Path) -> Path:
-    """A short ``pacml-train`` run (:data:`TRAIN_BASE`) that the resume pieces continue."""
-    from pacml.agent.train import COMMAND, train_from_config
+def short_run(command: Any, train_from_config: Callable[..., Any], base: dict[str, str], run: Path) -> None:
+    """A short run of a trainer with the ``base`` settings, for the resume pieces to continue."""
     from simulator.cli import preflight
 
-    run = tmp / TRAIN_RUN
-    cfg = preflight(COMMAND, [f"{k}={v}" for k, v in TRAIN_BASE.items()])
+    cfg = preflight(command, [f"{k}={v}" for k, v in base.items()])
     assert cfg is not None
     train_from_config(cfg, run)
-    return run
 
 
 def misleading_train_claims(run: Path, stderr: str) -> list[str]:
@@ -491,24 +481,20 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
         good("method=learned", f"method.mode={rng.choice(['greedy', 'sample'])}", "method.samples=4"),
     ]
     b = [
-        bad(f"seed={rng.choice(WRONG_INT + ['-1', str(2**64)])}"),
+        *bad_values(rng, [("seed", WRONG_INT + ["-1", str(2**64)])]),
         bad(f"graph={rng.choice(['nope', 'resnet19', '/nonexistent/g.json', '[resnet18]', 'null', '1'])}",
             names=("graph", "nope", "resnet19", "/nonexistent/g.json")),
-        bad(f"graph={tmp / 'notes.txt'}", names=(str(tmp / "notes.txt"),)),
-        bad(f"graph={files['placement_garbled.json']}", names=(str(files["placement_garbled.json"]),)),
-        bad(f"graph={files['placement_ok.json']}", names=(str(files["placement_ok.json"]),)),
-        bad("graph=''", names="graph"),
-        bad(f"devices={rng.choice(['nope', 'gpu5', 'heter', 'file_', 'ramp'])}", names="devices"),
-        bad(f"method={rng.choice(['nope', 'singel', 'dp_', 'rand'])}", names="method"),
-        bad(f"objective={rng.choice(['nope', 'null', 'Step', 'throughput', '1'])}", names="objective"),
+        *(bad(f"graph={path}", names=(str(path),)) for path in
+          (tmp / "notes.txt", files["placement_garbled.json"], files["placement_ok.json"])),
+        *bad_values(rng, [
+            ("graph", "''"), ("devices", ["nope", "gpu5", "heter", "file_", "ramp"]),
+            ("method", ["nope", "singel", "dp_", "rand"]), ("objective", ["nope", "null", "Step", "throughput", "1"])]),
         bad(f"graph={rng.choice(['resnet18', 'vgg16'])}", "devices=file", names="devices"),
-        bad("devices=ramp_block", f"devices.servers={rng.choice(['5', '0', 'abc', '1000', 'null'])}",
-            names="devices.servers"),
-        bad("devices=ramp_block", f"devices.cluster={rng.choice(['nope', 'null', 'ramp'])}", names="devices.cluster"),
-        bad("devices=gpu4", f"devices.groups={rng.choice(['[]', '[{kind: gpu, count: 0}]', 'null'])}",
-            names="devices.groups"),
-        bad("devices=gpu4", f"devices.links.bandwidth_Bps={rng.choice(['-1', '0', 'abc'])}",
-            names="devices.links.bandwidth_Bps"),
+        *bad_values(rng, [
+            ("devices=ramp_block devices.servers", ["5", "0", "abc", "1000", "null"]),
+            ("devices=ramp_block devices.cluster", ["nope", "null", "ramp"]),
+            ("devices=gpu4 devices.groups", ["[]", "[{kind: gpu, count: 0}]", "null"]),
+            ("devices=gpu4 devices.links.bandwidth_Bps", ["-1", "0", "abc"])]),
         bad("devices=gpu4", "devices.groups.0.speed=0", names="devices.groups[0].speed"),
         bad("method=file", names="method.path"),
         bad("method=file", "method.path=/nonexistent/p.json", names="method.path"),
@@ -518,11 +504,8 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
         bad("graph=resnet18", "devices=gpu4", "devices.groups=[{kind: gpu, count: 4, memory_bytes: 1e6}]",
             "method=file", f"method.path={ok}", names=(str(ok),)),
         bad(f"method.time_limit_s={rng.choice(['0', '-1'])}", names="method.time_limit_s", touches="method"),
-        bad(f"method._target_={rng.choice(['nope.Missing', 'simulator.place.placer.Nope', '123'])}",
-            names="method._target_"),
-        bad("method=null", names="method"),
-        bad(f"gantt={rng.choice(WRONG_BOOL)}"),
-        bad(f"skip_finished={rng.choice(WRONG_BOOL)}"),
+        *bad_values(rng, [("method._target_", ["nope.Missing", "simulator.place.placer.Nope", "123"]),
+                          ("method", "null"), ("gantt", WRONG_BOOL), ("skip_finished", WRONG_BOOL)]),
         bad(f"{rng.choice(['foo', 'graphs', 'objectives', 'seeds'])}=1"),
         bad(f"+{rng.choice(['foo', 'devices.foo', 'method.bar'])}=1",
             names=("foo", "devices.foo", "method.bar", "method")),
@@ -538,46 +521,38 @@ def place_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[l
         bad(f"objective={rng.choice(['step', 'latency'])}", "method=coarse", "method.inner=dp", names="objective"),
         bad(f"graph={tmp / 'graph_dir_two'}", names="graph"),
         bad(f"graph={tmp / 'graph_dir_empty'}", names=(str(tmp / "graph_dir_empty"),)),
-        bad("method=local_search", f"method.restarts={rng.choice(['0', '-1', 'abc', '1.5', 'null'])}",
-            names="method.restarts"),
-        bad("method=local_search", f"method.max_evaluations={rng.choice(['0', '-3', 'abc'])}",
-            names="method.max_evaluations"),
-        bad("method=local_search", f"method.move_rule={rng.choice(['worst', 'null', '1'])}", names="method.move_rule"),
-        bad("method=local_search", f"method.respect_memory={rng.choice(['yes', '1', 'null'])}",
-            names="method.respect_memory"),
-        bad("method=anneal", f"method.max_evaluations={rng.choice(['0', '-1', 'abc'])}", names="method.max_evaluations"),
-        bad("method=anneal", f"method.initial_temperature={rng.choice(['0', '-1', 'inf', 'abc'])}",
-            names="method.initial_temperature"),
-        bad("method=anneal", "method.final_temperature=1.0", names="method.final_temperature"),
-        bad("method=anneal", f"method.swap_probability={rng.choice(['1.5', '-0.1', 'nan'])}",
-            names="method.swap_probability"),
-        bad("objective=pipeline", "method=dp", f"method.max_states={rng.choice(['0', '-1', 'abc', '1.5'])}",
-            names="method.max_states"),
-        bad("objective=pipeline", "method=dp", f"method.fallback={rng.choice(['nope', '3', 'singel'])}",
-            names="method.fallback"),
-        bad("objective=pipeline", "method=dp", "devices=hetero", names="devices"),
-        bad("objective=pipeline", "method=mip", f"method.mip_gap={rng.choice(['2', '-0.1', 'abc'])}",
-            names="method.mip_gap"),
-        bad("objective=pipeline", "method=mip", f"method.warm_start={rng.choice(['nope', 'heft', '1.5'])}",
-            names="method.warm_start"),
-        bad("objective=pipeline", "method=mip", f"method.threads={rng.choice(['0', 'abc'])}", names="method.threads"),
-        bad("method=coarse", f"method.inner={rng.choice(['nope', 'coarse_', 'null'])}", names="method.inner"),
-        bad("method=coarse", f"method.max_groups={rng.choice(['0', '-1', 'abc'])}", names="method.max_groups"),
-        bad("method=coarse", f"method.method={rng.choice(['x', 'null'])}", names="method.method"),
+        *bad_values(rng, [
+            ("method=local_search method.restarts", ["0", "-1", "abc", "1.5", "null"]),
+            ("method=local_search method.max_evaluations", ["0", "-3", "abc"]),
+            ("method=local_search method.move_rule", ["worst", "null", "1"]),
+            ("method=local_search method.respect_memory", ["yes", "1", "null"]),
+            ("method=anneal method.max_evaluations", ["0", "-1", "abc"]),
+            ("method=anneal method.initial_temperature", ["0", "-1", "inf", "abc"]),
+            ("method=anneal method.final_temperature", "1.0"),
+            ("method=anneal method.swap_probability", ["1.5", "-0.1", "nan"]),
+            ("objective=pipeline method=dp method.max_states", ["0", "-1", "abc", "1.5"]),
+            ("objective=pipeline method=dp method.fallback", ["nope", "3", "singel"]),
+            ("objective=pipeline method=dp devices", "hetero"),
+            ("objective=pipeline method=mip method.mip_gap", ["2", "-0.1", "abc"]),
+            ("objective=pipeline method=mip method.warm_start", ["nope", "heft", "1.5"]),
+            ("objective=pipeline method=mip method.threads", ["0", "abc"]),
+            ("method=coarse method.inner", ["nope", "coarse_", "null"]),
+            ("method=coarse method.max_groups", ["0", "-1", "abc"]),
+            ("method=coarse method.method", ["x", "null"])]),
         bad("method=coarse", "+method.inner_args.insertion=maybe", names=("method.inner_args.insertion",)),
-        bad("method=heft", f"method.insertion={rng.choice(['maybe', '1', 'null'])}", names="method.insertion"),
+        *bad_values(rng, [("method=heft method.insertion", ["maybe", "1", "null"])]),
         bad(rng.choice(["method=m_etf", "method=m_sct", "method=m_topo", "method=pipedream"]),
             f"method.use_cpu={rng.choice(['maybe', '2'])}", names="method.use_cpu"),
-        bad("method=metis", f"method.parts={rng.choice(['0', '-2', 'abc'])}", names="method.parts"),
-        bad("method=metis", f"method.balance={rng.choice(['x', 'null'])}", names="method.balance"),
-        bad("method=metis", f"method.edge_weight={rng.choice(['x', 'bytes'])}", names="method.edge_weight"),
+        *bad_values(rng, [("method=metis method.parts", ["0", "-2", "abc"]),
+                          ("method=metis method.balance", ["x", "null"]),
+                          ("method=metis method.edge_weight", ["x", "bytes"])]),
         bad("method=expert", "method.path=/nonexistent/split.json", names=("method.path", "/nonexistent/split.json")),
-        bad("method=expert", f"method.shipped={rng.choice(['maybe', '0'])}", names="method.shipped"),
-        bad("method=learned", f"method.mode={rng.choice(['x', 'Greedy', 'null'])}", names="method.mode"),
+        *bad_values(rng, [("method=expert method.shipped", ["maybe", "0"]),
+                          ("method=learned method.mode", ["x", "Greedy", "null"])]),
         bad("method=learned", "method.checkpoint=/nonexistent/placer.pt",
             names=("method.checkpoint", "/nonexistent/placer.pt")),
-        bad("method=learned", f"method.samples={rng.choice(['0', '-1', 'abc'])}", names="method.samples"),
-        bad("method=learned", f"method.temperature={rng.choice(['0', '-1', 'abc'])}", names="method.temperature"),
+        *bad_values(rng, [("method=learned method.samples", ["0", "-1", "abc"]),
+                          ("method=learned method.temperature", ["0", "-1", "abc"])]),
     ]
     b += typo_atoms(rng, known, 2)
     return g, b
@@ -590,18 +565,6 @@ PLACER_BASE = {"budget.updates": "1", "budget.time_s": "300", "validation_tasks"
 #: Keys a resumed run may not change (pacml/placer/cli.py's RESUME_OVERRIDABLE are the others).
 PLACER_FIXED_ON_RESUME = ("seed", "corpus", "presets", "objectives", "net", "ppo", "validate_every",
                           "validation_tasks", "checkpoint_every")
-
-
-def placer_run(tmp: Path) -> Path:
-    """A one-update ``pacml-train-placer`` run to resume (``PLACER_BASE`` settings)."""
-    from pacml.placer.cli import COMMAND, train_from_config
-    from simulator.cli import preflight
-
-    run = tmp / "placer_run"
-    cfg = preflight(COMMAND, [f"{k}={v}" for k, v in PLACER_BASE.items()])
-    assert cfg is not None
-    train_from_config(cfg, run)
-    return run
 
 
 def train_placer_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> tuple[list[Atom], list[Atom]]:
@@ -630,50 +593,33 @@ def train_placer_atoms(rng: random.Random, tmp: Path, known: frozenset[str]) -> 
         good(f"resume={run / 'checkpoint.pt'}", touches=PLACER_FIXED_ON_RESUME),
     ]
     b = [
-        bad(f"seed={rng.choice(WRONG_INT + ['-1', str(2**64)])}"),
-        bad(f"torch_threads={rng.choice(['0', '-1', 'abc', '1.5'])}"),
-        bad(f"corpus.synthetic={rng.choice(['-1', 'abc', '1.5', 'null'])}"),
-        bad(f"corpus.max_nodes={rng.choice(['10', '0', 'abc'])}"),
-        bad(f"corpus.real={rng.choice(WRONG_BOOL)}"),
-        bad(f"corpus.seed={rng.choice(['-1', 'abc'])}"),
-        bad(f"presets={rng.choice(['[]', '[nope]', '[auto]', '[ramp_block]', '[blocks:nope]', 'gpu4', 'null', '[gpu44]'])}",
-            names="presets"),
+        *bad_values(rng, [
+            ("seed", WRONG_INT + ["-1", str(2**64)]), ("torch_threads", ["0", "-1", "abc", "1.5"]),
+            ("corpus.synthetic", ["-1", "abc", "1.5", "null"]), ("corpus.max_nodes", ["10", "0", "abc"]),
+            ("corpus.real", WRONG_BOOL), ("corpus.seed", ["-1", "abc"]),
+            ("presets", ["[]", "[nope]", "[auto]", "[ramp_block]", "[blocks:nope]", "gpu4", "null", "[gpu44]"])]),
         bad("presets=[file]", "corpus.real=false", names="presets"),
-        bad(f"objectives={rng.choice(['[]', '[throughput]', '[Step]', 'step', 'null', '[step,nope]'])}",
-            names="objectives"),
-        bad(f"net.hidden={rng.choice(['0', '-4', 'abc', '1.5'])}"),
-        bad(f"net.layers={rng.choice(['-1', 'abc'])}"),
-        bad(f"net.order={rng.choice(['nope', 'Rank', 'null'])}"),
-        bad(f"net.decoder={rng.choice(['x', 'null', 'OneShot'])}"),
-        bad(f"net.heads={rng.choice(['0', 'abc'])}"),
-        bad(f"net.max_devices={rng.choice(['0', '-1', 'abc'])}"),
-        bad(f"net.use_edges={rng.choice(WRONG_BOOL)}"),
-        bad(f"net.prior={rng.choice(['nan', 'inf', 'abc'])}"),
+        *bad_values(rng, [
+            ("objectives", ["[]", "[throughput]", "[Step]", "step", "null", "[step,nope]"]),
+            ("net.hidden", ["0", "-4", "abc", "1.5"]), ("net.layers", ["-1", "abc"]),
+            ("net.order", ["nope", "Rank", "null"]), ("net.decoder", ["x", "null", "OneShot"]),
+            ("net.heads", ["0", "abc"]), ("net.max_devices", ["0", "-1", "abc"]), ("net.use_edges", WRONG_BOOL),
+            ("net.prior", ["nan", "inf", "abc"])]),
         bad("net.decoder=oneshot", "net.hidden=30", names="net.heads"),
         bad("net.decoder=oneshot", f"net.max_devices={rng.choice([2, 4])}", "presets=[gpu4,hetero]",
             names="net.max_devices"),
         bad("net.decoder=oneshot", "presets=[blocks:ramp512]", names="net.max_devices"),
-        bad(f"ppo.batch={rng.choice(['1', '0', 'abc'])}"),
-        bad(f"ppo.tasks_per_update={rng.choice(['0', 'abc'])}"),
-        bad(f"ppo.epochs={rng.choice(['0', '-1'])}"),
-        bad(f"ppo.clip={rng.choice(['0', '-0.2', 'abc'])}"),
-        bad(f"ppo.learning_rate={rng.choice(['0', '-1', 'fast', 'nan'])}"),
-        bad(f"ppo.ent_coef={rng.choice(['-0.1', 'abc'])}"),
-        bad(f"ppo.max_grad_norm={rng.choice(['0', '-1'])}"),
-        bad(f"ppo.infeasible_reward={rng.choice(['1', 'abc', 'inf'])}"),
-        bad(f"budget.time_s={rng.choice(['0', '-5', 'abc', 'nan'])}"),
-        bad(f"budget.updates={rng.choice(['0', '-1', 'abc'])}"),
-        bad(f"validate_every={rng.choice(['0', 'abc'])}"),
-        bad(f"validation_tasks={rng.choice(['0', '-1'])}"),
-        bad(f"checkpoint_every={rng.choice(['0', 'abc', '1.5'])}"),
-        bad(f"progress={rng.choice(WRONG_BOOL)}"),
+        *bad_values(rng, [
+            ("ppo.batch", ["1", "0", "abc"]), ("ppo.tasks_per_update", ["0", "abc"]), ("ppo.epochs", ["0", "-1"]),
+            ("ppo.clip", ["0", "-0.2", "abc"]), ("ppo.learning_rate", ["0", "-1", "fast", "nan"]),
+            ("ppo.ent_coef", ["-0.1", "abc"]), ("ppo.max_grad_norm", ["0", "-1"]),
+            ("ppo.infeasible_reward", ["1", "abc", "inf"]), ("budget.time_s", ["0", "-5", "abc", "nan"]),
+            ("budget.updates", ["0", "-1", "abc"]), ("validate_every", ["0", "abc"]),
+            ("validation_tasks", ["0", "-1"]), ("checkpoint_every", ["0", "abc", "1.5"]), ("progress", WRONG_BOOL)]),
         bad(f"{rng.choice(['corpus', 'net', 'ppo', 'budget'])}.foo=1"),
         bad(f"{rng.choice(['corpus', 'net', 'ppo', 'budget'])}=null"),
-        bad("resume=/nonexistent/run", names="resume"),
-        bad(f"resume={tmp / 'notes.txt'}", names="resume"),
-        bad(f"resume={run / 'placer.pt'}", names="resume"),
-        bad(f"resume={SHIPPED_DIR / 'placer_step'}", names="resume"),
-        bad("resume=''", names="resume"),
+        *bad_values(rng, [("resume", str(path)) for path in ("/nonexistent/run", tmp / "notes.txt", run / "placer.pt",
+                                                             SHIPPED_DIR / "placer_step", "''")]),
         bad(f"resume={run}", f"{rng.choice(['net.hidden=32', 'seed=5', 'ppo.batch=4', 'presets=[gpu4]'])}",
             names=("net.hidden", "seed", "ppo.batch", "presets"), touches=PLACER_FIXED_ON_RESUME),
         bad(f"{rng.choice(['foo', 'preset', 'objective', 'seeds'])}=1"),
@@ -749,8 +695,6 @@ def hydra_entry(command: str) -> Callable[[list[str]], None]:
         return train_entry()
     if command == "pacml-sim":
         from simulator.run import COMMAND as cmd
-    elif command == "pacml-train":
-        from pacml.agent.train import COMMAND as cmd
     else:
         from pacml.critic.distill import command as make
         cmd = make()
@@ -925,14 +869,17 @@ class Tally:
             self.examples.append(f"{prog} {' '.join(args)} -> {problem} | {out.stderr.strip()[:200]}")
 
     def row(self) -> str:
-        """One table row."""
-        return (f"{self.tried:6d} {self.accepted:8d} {self.rejected:8d} {self.tracebacks:10d} "
-                f"{self.invalid_accepted:16d} {self.valid_rejected:14d} {self.not_naming:10d} "
-                f"{self.multi_line:10d} {self.bad_status:10d} {self.misleading:10d}")
+        """One table row (each count as wide as its heading)."""
+        return " ".join(f"{getattr(self, k):{max(len(k), 6)}d}" for k in COUNTS)
+
+    def failed(self) -> bool:
+        """Whether any rule was broken."""
+        return any(getattr(self, k) for k in COUNTS[3:])
 
 
-HEADER = ("command          where      tried accepted rejected tracebacks invalid_accepted "
-          "valid_rejected not_naming multi_line bad_status misleading")
+COUNTS = ("tried", "accepted", "rejected", "tracebacks", "invalid_accepted", "valid_rejected", "not_naming",
+          "multi_line", "bad_status", "misleading")
+HEADER = f"{'command':16s} {'where':10s} " + " ".join(f"{k:>{max(len(k), 6)}}" for k in COUNTS)
 HYDRA_COMMANDS = ("pacml-sim", "pacml-train", "pacml-distill", "pacml-place", "pacml-train-placer")
 COMMANDS = (*HYDRA_COMMANDS, "pacml-graph", "pacml-report")
 
@@ -1000,9 +947,13 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "empty").mkdir()
         place_files(tmp)
         if "pacml-train-placer" in args.commands:
-            placer_run(tmp)
+            from pacml.placer import cli as placer
+
+            short_run(placer.COMMAND, placer.train_from_config, PLACER_BASE, tmp / "placer_run")
         if "pacml-train" in args.commands:
-            train_run(tmp)
+            from pacml.agent import train
+
+            short_run(train.COMMAND, train.train_from_config, TRAIN_BASE, tmp / TRAIN_RUN)
         sweep = make_sweep(tmp) if "pacml-report" in args.commands else tmp
         for command in args.commands:
             rng = random.Random(f"{args.seed}:{command}")
@@ -1028,9 +979,7 @@ def main(argv: list[str] | None = None) -> int:
             for tally in (inproc, console):
                 for example in tally.examples:
                     print(f"    ! {example}")
-                if tally.tracebacks or tally.invalid_accepted or tally.valid_rejected or tally.not_naming \
-                        or tally.multi_line or tally.bad_status or tally.misleading:
-                    failed = True
+                failed = failed or tally.failed()
             results[command] = {"in_process": {**vars(inproc), "wall_s": round(inproc_s, 1)},
                                 "console": {**vars(console), "wall_s": round(console_s, 1)}}
     if args.json is not None:
