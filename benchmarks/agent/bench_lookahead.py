@@ -1,7 +1,7 @@
 """Decision-time planning: the PAC-ML agent with and without rollout lookahead.
 
 Runs, on evaluation seeds 0, 1, 2 of the paper scenario, the shipped per-beta agent
-(``policy=pacml_beta``; ``policy=pacml`` until 2026-12-07) and the same agent wrapped in the rollout planner (``policy=pacml_lookahead``), and reports
+(``policy=pacml_beta``) and the same agent wrapped in the rollout planner (``policy=pacml_lookahead``), and reports
 blocking rate, the decisions the planner changed, and per-decision latency (p50 / p99).
 
 Usage: python benchmarks/agent/bench_lookahead.py --betas A,B,C,D --json benchmarks/results/agent/results_lookahead.json
@@ -9,21 +9,14 @@ Usage: python benchmarks/agent/bench_lookahead.py --betas A,B,C,D --json benchma
 
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pacml.agent.env import compose_sim_config
-from simulator.build import (
-    build_feasibility,
-    build_policy,
-    build_simulation,
-    build_topology,
-    build_workload,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import Episodes, parser, save  # noqa: E402
 
 
 class _Timed:
@@ -47,27 +40,20 @@ class _Timed:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--betas", default="A,B,C,D")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--policies", default="pacml_beta,pacml_lookahead")
-    parser.add_argument("--overrides", default="", help="extra Hydra overrides, space-separated")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    p = parser(__doc__, seeds="0,1,2")
+    p.add_argument("--betas", default="A,B,C,D")
+    p.add_argument("--policies", default="pacml_beta,pacml_lookahead")
+    p.add_argument("--overrides", default="", help="extra Hydra overrides, space-separated")
+    args = p.parse_args()
     out: dict[str, dict[str, dict]] = {}
     for beta in args.betas.split(","):
-        base = ["scenario=paper", f"beta={beta}", *args.overrides.split()]
-        cfg = compose_sim_config(base)
-        feas = build_feasibility(build_topology(cfg), cfg.sim)
-        workload = build_workload(cfg)
+        episodes = Episodes(["scenario=paper", f"beta={beta}", *args.overrides.split()])
         for name in args.policies.split(","):
             rates, changed, times = [], [], []
-            for seed in seeds:
-                policy = build_policy(compose_sim_config([*base, f"policy={name}"]))
+            for seed in args.seeds:
+                policy = episodes.policy(f"policy={name}")
                 timed = _Timed(policy)
-                rates.append(build_simulation(cfg, seed=seed, feasibility=feas, workload=workload)
-                             .run(timed).summary["blocking_rate"])
+                rates += episodes.blocking(timed, [seed])
                 changed.append(getattr(policy, "stats", {}).get("changed", 0))
                 times += timed.times_s
             ms = 1e3 * np.asarray(times)
@@ -76,8 +62,7 @@ def main() -> None:
             out.setdefault(beta, {})[name] = row
             print(f"beta {beta} {name:16s} blocking {row['blocking_rate']:.4f} {[round(r, 4) for r in rates]} "
                   f"changed {changed} p50 {row['p50_ms']:.2f} ms p99 {row['p99_ms']:.1f} ms", flush=True)
-            if args.json:
-                args.json.write_text(json.dumps(out, indent=2) + "\n")
+            save(args.json, out)
 
 
 if __name__ == "__main__":

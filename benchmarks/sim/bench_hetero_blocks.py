@@ -1,6 +1,6 @@
 """Degree rules on a cluster of two GPU generations: blocking of every rule on ``ramp32_hetero``.
 
-The condition of issue 43: ``cluster=ramp32_hetero scenario=model_parallel beta=fixed
+The condition: ``cluster=ramp32_hetero scenario=model_parallel beta=fixed
 beta.value=1.0`` (every job fits one fast server and must run as fast as it would alone on the
 profiled GPU, so a slow server never meets the target). Each rule runs on the given seeds; the
 block-aware reference rule (``tests/block_reference.py``: the smallest degree with any free block
@@ -15,9 +15,8 @@ Usage: python benchmarks/sim/bench_hetero_blocks.py --seeds 0,1,2 --json benchma
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +32,9 @@ from simulator.build import (
     build_workload,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import ROOT, parser, save  # noqa: E402
+
 CONDITION = ["cluster=ramp32_hetero", "scenario=model_parallel", "beta=fixed", "beta.value=1.0"]
 #: name -> policy overrides (``reference``: the block-aware rule of tests/block_reference.py).
 #: pacml_beta names its checkpoint: beta=fixed has no per-beta agent, and paper_betaA is the one
@@ -64,13 +65,11 @@ def reference_policy():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--rules", default=",".join(DEFAULT_RULES), help="comma-separated names of RULES")
-    parser.add_argument("--overrides", default="", help="extra Hydra overrides, space-separated")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    p = parser(__doc__, seeds="0,1,2")
+    p.add_argument("--rules", default=",".join(DEFAULT_RULES), help="comma-separated names of RULES")
+    p.add_argument("--overrides", default="", help="extra Hydra overrides, space-separated")
+    args = p.parse_args()
+    seeds = args.seeds
     base = [*CONDITION, "progress=false", *args.overrides.split()]
     cfg = compose_sim_config(base)
     out: dict = {"code": str(Path(simulator.__file__).resolve().parents[1]), "condition": base, "seeds": seeds,
@@ -92,8 +91,7 @@ def main() -> None:
         out["rules"][name] = row
         print(f"{name:30s} blocking {rates.mean():.4f} {[round(float(r), 4) for r in rates]} util "
               f"{np.mean(row['server_utilisation']):.3f} wall {np.mean(row['wall_s']):.1f} s/run", flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(out, indent=2) + "\n")
+        save(args.json, out)
 
 
 if __name__ == "__main__":

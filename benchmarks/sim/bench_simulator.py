@@ -19,24 +19,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
+from pacml.agent.env import compose_sim_config
 from simulator.build import build_feasibility, build_policy, build_simulation
 from simulator.topology import RampTopology
 from workloads.graph import TrainingGraph
 from workloads.loaders import load_graph_set
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-
-
-def _cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(config_name="sim", overrides=overrides)
-
 
 def episode(overrides: list[str], repeats: int) -> dict[str, Any]:
     """Median over ``repeats`` cold-cache episodes."""
-    cfg = _cfg(overrides)
+    cfg = compose_sim_config(overrides)
     rows = []
     for r in range(repeats):
         t0 = time.perf_counter()
@@ -59,7 +51,7 @@ def episode(overrides: list[str], repeats: int) -> dict[str, Any]:
 
 def lookahead(model: str, degree: int, topology: RampTopology, overrides: list[str], repeats: int) -> dict[str, Any]:
     """Cold lookahead of ``model`` at ``degree`` on an empty cluster: partition + place + step."""
-    cfg = _cfg(overrides)
+    cfg = compose_sim_config(overrides)
     (graph,) = load_graph_set(model, time_unit_s=float(cfg.workload.profile_time_unit_s))
     times = []
     for _ in range(repeats):
