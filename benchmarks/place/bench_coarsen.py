@@ -10,12 +10,8 @@ process: build time, coarsening time (chain and metis, 128 clusters), the median
 ``step`` evaluation, the wall time of coarse + HEFT + 200 refinement evaluations on gpu4 and the
 process's peak memory (``ru_maxrss``), then the tracemalloc peak of a second, traced placement.
 
-Usage:
-    python benchmarks/place/bench_coarsen.py                       # both parts -> benchmarks/results/place/results_coarsen.json
-    python benchmarks/place/bench_coarsen.py --part scale --scale-graphs transformer350
-    python benchmarks/place/bench_coarsen.py --part quality --graphs resnet50_x4,squeezenet1_0_x16 \
-        --clusters 32,128,512 --json benchmarks/results/place/results_coarsen_partitioned.json
-Prints a markdown table per part.
+Usage: python benchmarks/place/bench_coarsen.py [--part quality|scale] (writes
+``results/place/results_coarsen.json``; prints a markdown table per part).
 """
 
 from __future__ import annotations
@@ -38,6 +34,7 @@ from simulator.place.coarsen import CoarsenedPlacer, build_inner, coarsen
 from simulator.place.devices import device_set_from_config
 from simulator.place.large import big_graph, is_big_graph_name
 from simulator.place.objectives import bind_objective
+from workloads.io import atomic_write_text
 from workloads.loaders import load_compute_graph, shipped_models
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,9 +152,7 @@ def main() -> None:
                                     [int(x) for x in a.clusters.split(",")], [int(x) for x in a.refines.split(",")], a.width)
     if a.part in ("scale", "both"):
         result["scale"] = scale(a.scale_graphs.split(","), 128, 200, set(a.chain_graphs.split(",")))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(result, indent=1))
     if "quality" in result:
         print("\n| inner | clusters | refine | mean loss | median loss | max loss | pairs |")
         print("|---|---|---|---|---|---|---|")

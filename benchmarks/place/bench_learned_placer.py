@@ -5,13 +5,8 @@ priced by the same bound objective. Graphs come from ``workloads.placement_corpu
 (real graphs never used in pre-training) or ``unseen_synthetic`` (families and seeds disjoint
 from pre-training), or a comma list of names.
 
-Usage:
-    python benchmarks/place/bench_learned_placer.py zeroshot --checkpoint placer_step --graphs heldout
-    python benchmarks/place/bench_learned_placer.py finetune --checkpoint placer_step --graphs heldout --budget 1000
-    python benchmarks/place/bench_learned_placer.py pipeline --checkpoint placer_pipeline --budget 1000 --seeds 4
-    python benchmarks/place/bench_learned_placer.py ablation --checkpoint A --checkpoint-b B --graphs heldout
-
-Each writes ``--json`` and prints a markdown table with the summary the issue asks for.
+Each part (``zeroshot``, ``finetune``, ``pipeline``, ``ablation``) writes ``--json`` and prints its
+summary; the command of each table: BENCHMARKS.md section 8.
 """
 
 from __future__ import annotations

@@ -5,11 +5,8 @@ as ``--set method.key=value``) exactly as ``pacml-place`` builds it, and priced 
 objective. A method that refuses a problem (e.g. ``dp`` on a device set it does not model, or a
 DP state space over its cap) is reported with its one-line reason.
 
-Usage:
-    python benchmarks/place/bench_place.py --objective pipeline --devices file \
-        --graphs bert24_inference,bert24_training,... --methods single,expert,pipedream,dp,mip,local_search
-    python benchmarks/place/bench_place.py --objective step --devices gpu4,hetero,cpu_gpu --graphs pipedream
-Writes ``--json`` (default ``benchmarks/results/place/results_place_<objective>.json``) and prints a markdown table.
+Writes ``--json`` (default ``benchmarks/results/place/results_place_<objective>.json``) and prints a
+markdown table. Commands: BENCHMARKS.md section 7.
 """
 
 from __future__ import annotations
@@ -22,31 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from bench_learned_placer import DNN_GRAPHS, ROOT, devices, method
 
-from simulator.place.devices import DeviceSet, device_set_from_config
 from simulator.place.objectives import bind_objective
 from workloads.loaders import load_compute_graph, shipped_models
 
-ROOT = Path(__file__).resolve().parents[2]
-DNN_GRAPHS = ("bert24_inference", "bert24_training", "inceptionv3_inference", "inceptionv3_training",
-              "bert_l-3_inference", "bert_l-3_training")
 
-
-def _devices(name: str, graph) -> DeviceSet:
-    if name == "file":
-        return DeviceSet.for_dnn_partitioning(graph.meta)
-    return device_set_from_config(yaml.safe_load((ROOT / "conf/devices" / f"{name}.yaml").read_text()))
-
-
-def _method(name: str, overrides: list[str]):
-    cfg = OmegaConf.load(ROOT / "conf/method" / f"{name}.yaml")
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key.startswith(f"{name}."):
-            OmegaConf.update(cfg, key.split(".", 1)[1], yaml.safe_load(value), force_add=True)
-    return instantiate(cfg)
+def _overrides(name: str, items: list[str]) -> dict:
+    """The ``--set NAME.key=value`` items of method ``name``, as {key: value}."""
+    pairs = (item.partition("=") for item in items)
+    return {key.split(".", 1)[1]: yaml.safe_load(value) for key, _, value in pairs if key.startswith(f"{name}.")}
 
 
 def main() -> None:
@@ -67,13 +49,13 @@ def main() -> None:
     for gname in graphs:
         graph = load_compute_graph(gname)
         for dname in args.devices.split(","):
-            devices = _devices(dname, graph)
+            device_set = devices(dname, graph)
             single = None
             for mname in methods:
-                objective = bind_objective(args.objective, graph, devices)
+                objective = bind_objective(args.objective, graph, device_set)
                 t0 = time.perf_counter()
                 try:
-                    result = _method(mname, args.set).place(objective, seed=args.seed)
+                    result = method(mname, **_overrides(mname, args.set)).place(objective, seed=args.seed)
                 except Exception as exc:  # a refusal is a result here
                     rows.append({"graph": gname, "devices": dname, "method": mname, "value_s": None,
                                  "error": str(exc).splitlines()[0][:200], "wall_s": time.perf_counter() - t0})

@@ -38,6 +38,7 @@ from simulator.place.objectives import bind_objective
 from simulator.step_model import list_schedule
 from workloads.compute_graph import ComputeGraph
 from workloads.graph import OpGraph, TrainingGraph
+from workloads.io import atomic_write_text
 from workloads.loaders import load_compute_graph
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,9 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                           "cpus": os.cpu_count(), "load_average_1_5_15min": os.getloadavg()},
               "seconds_per_cell": args.seconds, "placements": "200 random group placements per cell (seed 0)",
               "cold_start": cold, "rows": rows}
-    tmp = args.json.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, args.json)  # atomic: a reader never sees half a file
+    atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.json}")
 
 

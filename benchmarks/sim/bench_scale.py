@@ -1,4 +1,4 @@
-"""Simulator scale benchmark (issue 15): cluster size x policy, and episode length.
+"""Simulator scale benchmark: cluster size x policy, and episode length.
 
 Each run is a fresh process (so peak memory is that run's own): a physical-scenario episode of the
 paper's five graphs with Poisson arrivals, at a load where blocking is between 0.05 and 0.5, run
@@ -6,13 +6,8 @@ exactly as ``pacml-sim`` runs it (results streamed to ``jobs.csv`` in a temporar
 Reported per run: wall time, jobs per minute, simulated events per second, peak memory (max RSS),
 blocking rate, mean degree, lookaheads simulated.
 
-Usage::
-
-    python benchmarks/sim/bench_scale.py                      # the full grid (about an hour)
-    python benchmarks/sim/bench_scale.py --sizes 32,512 --jobs 20000 --lengths ""
-    python benchmarks/sim/bench_scale.py --figure-only        # redraw from the JSON
-
-Writes ``benchmarks/results/sim/results_scale.json`` and ``benchmarks/figures/scale.png``.
+Usage: python benchmarks/sim/bench_scale.py (the full grid, about an hour; ``--figure-only``
+redraws). Writes ``benchmarks/results/sim/results_scale.json`` and ``benchmarks/figures/scale.png``.
 """
 
 from __future__ import annotations
@@ -28,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from workloads.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "sim" / "results_scale.json"
@@ -50,7 +47,7 @@ POLICIES: dict[str, list[str]] = {
     "para_max": ["policy=para_max"],
     "para_max_all": ["policy=para_max", "policy.max_degree=${cluster.max_degree}"],
     "min_feasible": ["policy=min_feasible"],
-    "pacml_beta": ["policy=pacml_beta"],  # the per-beta agent (policy=pacml until 2026-12-07)
+    "pacml_beta": ["policy=pacml_beta"],  # the per-beta agent
     "pacml": ["policy=pacml"],  # the adaptive agent (its rule candidates grow with the offered degrees)
 }
 
@@ -160,12 +157,6 @@ def _machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "python": platform.python_version()}
 
 
-def _save(results: dict[str, Any], path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -201,18 +192,18 @@ def main() -> None:
             row = measure(servers, policy, args.jobs, args.timeout)
             print(json.dumps(row), flush=True)
             results["grid"].append(row)
-            _save(results, args.json)
+            atomic_write_json(args.json, results)
     for servers in (s for s in (4096, 65536) if s in sizes and args.target_jobs):
         for policy in (p for p in ("para_max", "min_feasible") if p in policies):
             row = measure(servers, policy, args.target_jobs, args.timeout)
             print(json.dumps(row), flush=True)
             results["targets"].append(row)
-            _save(results, args.json)
+            atomic_write_json(args.json, results)
     for jobs in (int(n) for n in args.lengths.split(",") if n):
         row = measure(512, "para_max", jobs, args.timeout)
         print(json.dumps(row), flush=True)
         results["lengths"].append(row)
-        _save(results, args.json)
+        atomic_write_json(args.json, results)
     plot(results, args.figure)
 
 
