@@ -318,3 +318,15 @@ def find_cycle(num_nodes: int, edges: list[tuple[int, int]]) -> list[int] | None
         walk.append(node)
         node = next(p for p in pred[node] if indeg[p] > 0)
     return walk[seen[node]:][::-1]
+
+
+def cycle_error(num_nodes: int, position: dict[tuple[int, int], int],
+                names: Sequence[str]) -> tuple[str, int] | None:
+    """``("graph has a cycle: a -> b -> a", where)`` if the edges (the keys of ``position``, each
+    edge's place in its file, in file order) hold a cycle, ``where`` being the place of the
+    cycle's last edge in file order (the one that closed it); else ``None``."""
+    cycle = find_cycle(num_nodes, list(position))
+    if cycle is None:
+        return None
+    closing = max(position[pair] for pair in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
+    return "graph has a cycle: " + " -> ".join(names[i] for i in [*cycle, cycle[0]]), closing

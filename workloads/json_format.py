@@ -20,7 +20,7 @@ import numpy as np
 
 from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
-from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, TIME_UNIT_RANGE_S, OpGraph, find_cycle
+from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, TIME_UNIT_RANGE_S, OpGraph, cycle_error
 from workloads.io import atomic_write_text, line_of_offset, read_text, show
 
 FORMAT_NAME = "pacml-graph"
@@ -286,13 +286,8 @@ def parse_json_graph(text: str, *, path: str | Path = "<string>", document: Any 
                        line=loc.element_line("edges", k))
         seen[pair] = k
         edges.append(pair)
-    cycle = find_cycle(len(ops), edges)
-    if cycle is not None:
-        ids = list(index)
-        # Point at the cycle's last edge in file order: the one that closed it.
-        closing = max(seen[(a, b)] for a, b in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
-        raise fail("graph has a cycle: " + " -> ".join(ids[i] for i in [*cycle, cycle[0]]),
-                   field="edges", line=loc.element_line("edges", closing))
+    if (cycle := cycle_error(len(ops), seen, list(index))) is not None:
+        raise fail(cycle[0], field="edges", line=loc.element_line("edges", cycle[1]))
     edge_arr = np.array(edges, dtype=np.int64).reshape(-1, 2)
 
     loss_op = doc.get("loss_op")
@@ -557,12 +552,8 @@ def parse_compute_graph(text: str, *, path: str | Path = "<string>", document: A
                 if isinstance(number, str):
                     raise edge_fail(number, key)
                 out[k] = number * scale
-    cycle = find_cycle(n, pairs)
-    if cycle is not None:
-        names = list(index)
-        closing = max(seen[(a, b)] for a, b in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
-        raise fail("graph has a cycle: " + " -> ".join(names[i] for i in [*cycle, cycle[0]]),
-                   field="edges", line=loc.element_line("edges", closing))
+    if (cycle := cycle_error(n, seen, list(index))) is not None:
+        raise fail(cycle[0], field="edges", line=loc.element_line("edges", cycle[1]))
     return ComputeGraph(
         name=doc["name"], node_names=tuple(index),
         kind_time_s={kind: times[k] for k, kind in enumerate(kinds)}, reference_kind=reference,

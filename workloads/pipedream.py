@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from workloads.errors import WorkloadError
-from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, OpGraph, find_cycle
+from workloads.graph import MAX_OP_BYTES, MAX_OP_TIME_S, OpGraph, cycle_error
 from workloads.io import read_text, show
 
 #: Unit of PipeDream profile times, in seconds (the profiler reports milliseconds).
@@ -181,12 +181,8 @@ def load_pipedream(path: str | Path, *, name: str | None = None,
     if not ids:
         raise WorkloadError("empty graph file (no node lines)" if not text.strip() else "no node lines found",
                             path=path, line=1)
-    cycle = find_cycle(len(ids), edges)
-    if cycle is not None:
-        # Point at the cycle's last edge in file order: the one that closed it.
-        closing = max(edge_line[(a, b)] for a, b in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
-        raise WorkloadError("graph has a cycle: " + " -> ".join(ids[i] for i in [*cycle, cycle[0]]),
-                            path=path, line=closing)
+    if (cycle := cycle_error(len(ids), edge_line, ids)) is not None:
+        raise WorkloadError(cycle[0], path=path, line=cycle[1])
     edge_arr = np.array(edges, dtype=np.int64).reshape(-1, 2)
     # The original joins the backward pass at the op with the highest numeric id (the loss).
     loss_index = max(range(len(ids)), key=lambda i: int(ids[i][4:]))
