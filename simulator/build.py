@@ -1,8 +1,5 @@
-"""Assemble simulator components from a (Hydra) config.
-
-The config has the groups of ``conf/``: ``cluster`` (a ``RampTopology``), ``workload`` (graph
-set and units), ``arrivals``, ``beta``, ``policy``, plus the ``sim`` knobs of the step model.
-Every builder unwraps Hydra's instantiation errors so the user sees our message, not a wrapper.
+"""Assemble simulator components from a (Hydra) config (the groups of ``conf/`` and the ``sim``
+knobs); every builder unwraps Hydra's instantiation errors (:func:`instantiate_checked`).
 """
 
 from __future__ import annotations
@@ -31,26 +28,8 @@ from workloads.loaders import load_graph_set, resolve_graph_paths
 
 @dataclass(frozen=True)
 class SimKnobs:
-    """Step-model and placement knobs (the ``sim`` config section).
-
-    Attributes:
-        min_op_time_s: SiP-ML quantum: ops are not split into sub-ops shorter than this.
-        edge_sizing: ``paper`` or ``activation`` (see ``simulator.partition.EdgeSizing``).
-        placement: ``op_first_fit`` (paper) or ``block`` (see ``simulator.allocation.first_fit``).
-        comm_quirks: Keep the original's collective-model quirks (§15.2, §15.3).
-        op_placer: With ``placement=block``, which servers of the job's block each op uses:
-            ``first_fit`` (the chaining rule) or a ``conf/method/<name>.yaml`` placer (see
-            ``simulator.allocation.op_placer``).
-        split_ops: ``True``: the SiP-ML split rule (every op with compute split at least two
-            ways). ``False``: no op is split, so the op placer decides which server of the
-            job's block runs each op (model parallelism; needs ``placement=block``).
-        hetero_block_search: On a cluster of several server kinds, how many free blocks of a degree
-            a job may go to when its first-fit placement misses its target (0: first fit only;
-            see ``simulator.feasibility``). Ignored on a cluster of one kind.
-        pipeline: ``None``, or the ``sim.pipeline`` settings: every job runs as a pipeline on its
-            block (``scenario=pipeline``; ``simulator.allocation.pipeline``). Needs
-            ``placement=block``, ``split_ops=false`` and ``op_placer=first_fit``.
-    """
+    """Step-model and placement knobs (the ``sim`` config section; each key is described in
+    ``conf/sim.yaml`` and docs/simulator.md)."""
 
     min_op_time_s: float = 0.01
     edge_sizing: str = "paper"
@@ -167,14 +146,9 @@ def build_simulation(cfg: DictConfig | Mapping[str, Any], *, seed: int | None = 
 
 
 def check_buildable(cfg: DictConfig) -> None:
-    """Build the cheap parts of ``cfg`` so that their own range checks run before any work.
-
-    The cluster, the step-model knobs, the arrival process and the beta distribution are built
-    (milliseconds; no graph is loaded); the policy is not (a learned one loads a checkpoint),
-    but its class may define ``check_config(node, topology)`` (e.g. ``FixedDegree``: the degree
-    must be one the cluster offers). Used by every console command's preflight
-    (``simulator.cli.HydraCommand``); raises :class:`ConfigError` / ``WorkloadError``.
-    """
+    """Build the cheap parts of ``cfg`` (no graph, no policy) so that their own range checks run
+    before any work; a policy class may define ``check_config(node, topology)``. Raises
+    :class:`ConfigError` / ``WorkloadError``."""
     topology = build_topology(cfg)
     build_feasibility(topology, cfg.get("sim", {}))
     instantiate_checked(cfg["arrivals"], "arrivals")

@@ -33,12 +33,7 @@ class Cluster:
         return len(self.held)
 
     def allocate(self, job_id: int, placement: Placement) -> None:
-        """Give ``placement``'s servers to ``job_id``.
-
-        Raises:
-            RuntimeError: If a server is already held (a simulator bug: placements are computed
-                against the current occupancy).
-        """
+        """Give ``placement``'s servers to ``job_id`` (``RuntimeError`` if one is held: a simulator bug)."""
         if placement.mask & self.occupied_mask:
             clash = [s for s in placement.servers if self.owner[s] != -1]
             raise RuntimeError(f"job {job_id}: servers {clash} already held by jobs "
@@ -64,20 +59,11 @@ class ClusterState:
     """What a policy sees when a job arrives: a read-only snapshot plus the job's feasibility.
 
     Attributes:
-        time_s: Simulated time of the decision.
-        topology: The cluster.
-        occupied_mask: Bitmask of servers held by running jobs.
-        num_running_jobs: Jobs currently running.
         feasibility: The shared feasibility function evaluated for the arriving job.
         horizon_s: Last arrival time of the episode (``None`` if open-ended).
         mean_interarrival_s: Mean gap between the arrivals seen so far (``nan`` at the first).
-        horizon_accounting: ``drain`` or ``paper`` (jobs still running at the horizon count as
-            blocked), so that planners optimise the metric the run reports.
-        running_source: The value of :attr:`running`, or a function giving it, called on first
-            access (building it is O(running jobs), thousands on a big cluster, and most policies
-            never read it).
-        releases_source: A function giving :attr:`releases` (``None``: counted from
-            :attr:`running`).
+        running_source: The value of :attr:`running`, or a function giving it on first access.
+        releases_source: A function giving :attr:`releases` (``None``: counted from :attr:`running`).
     """
 
     time_s: float
@@ -95,15 +81,13 @@ class ClusterState:
 
     @cached_property
     def running(self) -> tuple[tuple[float, int], ...]:
-        """``(end_time_s, server_mask)`` of every running job, by end time (what a lookahead
-        planner needs to replay releases exactly); computed on first access."""
+        """``(end_time_s, server_mask)`` of every running job, by end time (computed on first access)."""
         source = self.running_source
         return source() if callable(source) else tuple(source)
 
     @cached_property
     def releases(self) -> tuple[tuple[float, int], ...]:
-        """``(end_time_s, num_servers)`` of every running job, by end time (a job's JCT is known
-        when it starts, so a scheduler knows when servers come back)."""
+        """``(end_time_s, num_servers)`` of every running job, by end time."""
         if self.releases_source is not None and "running" not in self.__dict__:
             return self.releases_source()  # kept by the simulation: no bit count of 8 KB masks per job
         return tuple((end_s, mask.bit_count()) for end_s, mask in self.running)

@@ -1,14 +1,10 @@
 """Communication-time model for RAMP: point-to-point transfers and all-reduce collectives (spec §6).
 
 A point-to-point transfer takes ``propagation latency + 2 x I/O latency + size / channel
-bandwidth`` (zero on one server or for zero bytes); RAMP links are single-hop and uncontended, so
-a job's transfers never queue. A *collective* (a symmetric group of dependencies, spec §6.1) uses
-the original's RAMP-x all-reduce model (spec §6.3): a reduce-scatter then an all-gather over up to
-four hierarchical sub-groups of the servers touched, each step latency plus message / effective
-bandwidth, plus the reduction compute. The original's quirks are switches, both on in the
-``paper`` preset and off in the physical one: ``double_bandwidth_division`` (§15.2: the bandwidth
-divided by the number of communication groups twice) and ``rack_index_only`` (§15.3: racks
-counted by rack index, not by (group, rack) pair).
+bandwidth`` (zero on one server or for zero bytes; links are single-hop and uncontended). A
+*collective* (a symmetric group of dependencies, spec §6.1) uses the original's RAMP-x all-reduce
+model (spec §6.3). The original's quirks are switches (``sim.comm_quirks``):
+``double_bandwidth_division`` (§15.2) and ``rack_index_only`` (§15.3).
 """
 
 from __future__ import annotations
@@ -31,14 +27,10 @@ BYTES_PER_ELEMENT = 2
 def _collective_nb(group_bytes: NDArray[np.float64], num_cgs: NDArray[np.int64], num_racks: NDArray[np.int64],
                    num_nodes: NDArray[np.int64], x: int, per_tx: float, fixed_latency_s: float,
                    out: NDArray[np.float64]) -> None:
-    """:meth:`RampCommModel.collective_s` of every group into ``out``.
-
-    Per group: the message is split over the sub-groups (communication groups, server-in-rack
-    indices within them, racks, and ``ceil(nodes / x)``); each level with more than one member
-    costs latency plus message / effective bandwidth, plus the reduction compute
-    (:meth:`RampCommModel._reduce_time_s`); the reduce-scatter and the all-gather double the
-    communication.
-    """
+    """:meth:`RampCommModel.collective_s` of every group into ``out``: the message is split over
+    four sub-group levels; each level with more than one member costs latency plus message /
+    effective bandwidth, plus the reduction compute (the original's ``add_time``); the
+    reduce-scatter and the all-gather double the communication."""
     for g in range(group_bytes.shape[0]):
         cgs = num_cgs[g]
         nodes = num_nodes[g]
@@ -115,21 +107,12 @@ class RampCommModel:
         per_tx = data_rate / x if self.double_bandwidth_division else data_rate
         group_bytes = np.ascontiguousarray(group_bytes, dtype=np.float64)
         out = np.empty(group_bytes.shape[0])
-        # Compiled, one group at a time (a lookahead prices a few dozen groups: ~90 us of numpy
-        # calls before, ~3 us now); the same IEEE operations in the same order as the vectorised
-        # formula it replaced (tests/test_decision_latency.py compares them bit for bit).
+        # Compiled: the same IEEE operations in the same order as the vectorised formula
+        # (tests/test_decision_latency.py compares them bit for bit).
         _collective_nb(group_bytes, np.ascontiguousarray(num_cgs, dtype=np.int64),
                        np.ascontiguousarray(num_racks, dtype=np.int64), np.ascontiguousarray(num_nodes, dtype=np.int64),
                        x, per_tx, self.fixed_latency_s, out)
         return out
-
-    @staticmethod
-    def _reduce_time_s(data_bytes: NDArray[np.float64], devices: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Compute cost of reducing ``data_bytes`` over ``devices`` (the original's ``add_time``)."""
-        d = np.maximum(devices, 2)
-        n_op = np.ceil(np.log2(d))
-        rate = np.minimum(MEM_FREQ_BPS * n_op / ((d + 1) * BYTES_PER_ELEMENT), PEAK_FLOPS)
-        return n_op * (data_bytes / d) / BYTES_PER_ELEMENT / rate
 
     def dependency_times_s(self, dep_src_server: NDArray[np.int64], dep_dst_server: NDArray[np.int64],
                            dep_bytes: NDArray[np.float64], dep_group: NDArray[np.int64],

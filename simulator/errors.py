@@ -53,8 +53,5 @@ class ConfigError(ValueError):
 
 
 class InvalidDecision(ValueError):
-    """A policy returned a decision the simulator cannot apply (a policy bug, not a block).
-
-    Degrees outside the action set, or explicit placements that are not a free symmetric block,
-    raise this; a valid degree that merely cannot be placed blocks the job instead.
-    """
+    """A policy returned a decision the simulator cannot apply (a degree outside the action set, a
+    placement that is not a free symmetric block): a policy bug, not a block."""

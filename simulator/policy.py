@@ -1,12 +1,8 @@
 """The policy plug-in interface: one decision per arriving job.
 
-A policy is any object with ``reset(seed)`` and ``decide(job, state) -> Decision``; build it
-with ``hydra.utils.instantiate`` from ``conf/policy/<name>.yaml``. Policies read the snapshot
-and return a decision; they never mutate simulator state.
-
-Optional hook: ``bind(workload)``, called by ``Simulation.run`` before each episode with the
-run's :class:`~workloads.jobs.Workload` (the rollout planner samples futures from it). A
-policy that wraps another should forward it.
+A policy is any object with ``reset(seed)`` and ``decide(job, state) -> Decision`` (built from
+``conf/policy/<name>.yaml``); it never mutates simulator state. Optional hook: ``bind(workload)``,
+called before each episode (a policy that wraps another should forward it).
 """
 
 from __future__ import annotations
@@ -26,9 +22,8 @@ class Decision:
 
     Attributes:
         degree: Partition degree; 0 rejects the job (it is blocked).
-        placement: Optional block of servers for the job (as returned by
-            ``state.feasibility.free_blocks(degree)``, or their server tuple); ``None`` lets the
-            configured placer choose.
+        placement: A free block of servers for the job (a block or its server tuple); ``None``
+            lets the configured placer choose.
     """
 
     degree: int

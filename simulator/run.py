@@ -6,12 +6,9 @@ Examples::
     pacml sim policy=fixed policy.degree=4 workload.graphs=path/to/graphs/
     pacml sim -m policy=para_max,para_min,min_feasible beta=A,B,C,D seed=0,1,2
 
-Each run writes ``jobs.csv`` (one row per job, by job id) and ``summary.json`` into its Hydra
-output directory, beside ``.hydra/config.yaml``. ``jobs.csv`` is streamed as the run goes
-(:class:`~simulator.records.CsvStreamSink`: memory holds the running jobs, not the episode) into
-a temporary file renamed when the run ends, and ``summary.json`` is written last, so a run that
-fails or is killed leaves neither. A run whose ``summary.json`` already exists for the
-same config is skipped (``skip_finished``), so an interrupted sweep resumes where it stopped.
+Each run writes ``jobs.csv`` (streamed) and ``summary.json`` (last) into its Hydra output
+directory (docs/simulator.md, "What a run writes"); a run whose ``summary.json`` already exists
+for the same config is skipped (``skip_finished``), so an interrupted sweep resumes.
 """
 
 from __future__ import annotations
@@ -52,8 +49,8 @@ PROFILE_TIME_UNITS = "profile time units"
 
 
 def time_unit(cfg: DictConfig | dict[str, Any]) -> str:
-    """The unit of the run's simulated times, from ``workload.profile_time_unit_s`` (as the report
-    reads it): ``"s"``, :data:`PROFILE_TIME_UNITS`, or for another value a description of it."""
+    """The unit of the run's simulated times, from ``workload.profile_time_unit_s``: ``"s"``,
+    :data:`PROFILE_TIME_UNITS`, or for another value a description of it."""
     workload = cfg.get("workload") or {}
     unit_s = float(workload.get("profile_time_unit_s", DEFAULT_PROFILE_TIME_UNIT_S))
     if math.isclose(unit_s, DEFAULT_PROFILE_TIME_UNIT_S):
@@ -73,24 +70,17 @@ _LINE_KEYS = ("scenario", "policy", "beta", "seed", "policy._target_")
 
 
 def other_overrides(overrides: list[str], exclude_keys: list[str] | tuple[str, ...] = ()) -> str:
-    """The overrides that name a run beside its scenario, policy, beta and seed (``sim.op_placer=dp``,
-    ``cluster=ramp256``): as in a sweep's run folder name (``hydra.job.override_dirname``, sorted,
-    without its ``exclude_keys``), so two runs' log lines differ as their folders do."""
+    """The overrides that name a run beside its scenario, policy, beta and seed, as in a sweep's run
+    folder name (sorted, without ``exclude_keys``)."""
     skip = {*_LINE_KEYS, *exclude_keys}
     return ",".join(sorted(o for o in map(str, overrides) if o.partition("=")[0].lstrip("+~") not in skip))
 
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Keep the objects alive on entry (imported libraries, the policy's model, the cluster) out of
-    Python's full garbage collections while the block runs, then hand them back.
-
-    A full collection visits every tracked object: with torch loaded that is ~400,000 of them, and
-    the one that fell inside a decision on 512 servers took it 0.3-0.5 s (``bench_decision.py``).
-    Frozen, the few full collections of an episode take ~20-40 ms. Garbage is collected first so
-    none is frozen; unfreezing on exit lets a sweep's finished runs be freed. Results do not depend
-    on it (collection only frees unreachable objects).
-    """
+    """Keep the objects alive on entry (libraries, the policy's model, the cluster) out of Python's
+    full garbage collections while the block runs (with torch loaded a full collection visits
+    ~400,000 objects), then hand them back. Results do not depend on it."""
     gc.collect()
     gc.freeze()
     try:

@@ -24,7 +24,7 @@ from simulator.allocation.first_fit import (
 )
 from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.build import SimKnobs, build_feasibility
-from simulator.comm import RampCommModel
+from simulator.comm import BYTES_PER_ELEMENT, MEM_FREQ_BPS, PEAK_FLOPS, RampCommModel
 from simulator.topology import RampTopology
 from workloads.graph import TrainingGraph
 from workloads.loaders import load_graph_set
@@ -183,6 +183,14 @@ def test_free_block_counts_in_one_pass_equal_one_count_per_size(name: str, seed:
         len([b for b in topo.iter_blocks(n) if not b.mask & ~allowed]) for n in topo.split_sizes]
 
 
+def reference_reduce_time_s(data_bytes: np.ndarray, devices: np.ndarray) -> np.ndarray:
+    """Compute cost of reducing ``data_bytes`` over ``devices`` (the original's ``add_time``)."""
+    d = np.maximum(devices, 2)
+    n_op = np.ceil(np.log2(d))
+    rate = np.minimum(MEM_FREQ_BPS * n_op / ((d + 1) * BYTES_PER_ELEMENT), PEAK_FLOPS)
+    return n_op * (data_bytes / d) / BYTES_PER_ELEMENT / rate
+
+
 def reference_collective_s(model: RampCommModel, group_bytes: np.ndarray, num_cgs: np.ndarray,
                            num_racks: np.ndarray, num_nodes: np.ndarray) -> np.ndarray:
     """``RampCommModel.collective_s`` as it was: the vectorised numpy formula."""
@@ -200,7 +208,7 @@ def reference_collective_s(model: RampCommModel, group_bytes: np.ndarray, num_cg
         active = d > 1
         eff_trx = np.maximum(1, np.minimum(x, x // np.maximum(d - 1, 1)))
         comm += np.where(active, model.fixed_latency_s + msg / (eff_trx * per_tx), 0.0)
-        comp += np.where(active, model._reduce_time_s(msg * d, d), 0.0)
+        comp += np.where(active, reference_reduce_time_s(msg * d, d), 0.0)
     return 2 * comm + comp
 
 

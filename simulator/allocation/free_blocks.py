@@ -1,13 +1,9 @@
 """Free symmetric blocks of one cluster occupancy, found without enumerating blocks.
 
-A block of shape ``(x, y, z)`` at origin ``(i, j, k)`` is free when the box ``[i, i+x) x [j, j+y)
-x [k, k+z)`` of the occupancy grid holds no busy server; a diagonal ``(n, n, -1)`` when the cells
-``(i+t, j+t, k)``, ``t < n``, are all free. A 3-D prefix sum (and one along the diagonals when
-asked for) tests any origin in O(1), so a search costs ``O(servers)`` once per occupancy plus
-``O(free servers)`` per shape, and nothing is kept per block. The order is the original's
-first-fit scan order (:meth:`RampTopology.iter_blocks`), so results equal a scan of
-:meth:`RampTopology.blocks` (tested). A search may be restricted to a *region* (a sub-box of the
-grid), keeping the scan order of the blocks inside it.
+A 3-D prefix sum of the busy servers (and one along the diagonals) tests whether a block at any
+origin is free in O(1), so a search costs O(servers) once per occupancy plus O(free servers) per
+shape, in the original's first-fit scan order (:meth:`RampTopology.iter_blocks`). A search may be
+restricted to a *region* (a sub-box of the grid).
 """
 
 from __future__ import annotations
@@ -67,16 +63,10 @@ def _is_free(P: NDArray[np.int32], D: NDArray[np.int32], i: int, j: int, k: int,
 def free_origins(P: NDArray[np.int32], D: NDArray[np.int32], free_cells: NDArray[np.int64],
                  shapes: NDArray[np.int64], c0: int, r0: int, s0: int, R: int, S: int,
                  out_shape: NDArray[np.int64], out_origin: NDArray[np.int64], count_only: bool = False) -> int:
-    """Free blocks of the region ``P`` (box prefix) and ``D`` (diagonal prefix, read only for a
-    diagonal shape) cover, in first-fit order: shapes in the order of ``shapes`` (rows
-    ``(x, y, z)``), then origins ascending. Writes each block's row in ``shapes`` and its origin
-    server into ``out_shape`` / ``out_origin`` until they are full; returns how many it wrote
-    (``count_only``: writes nothing and returns how many there are, e.g. for a feature).
-
-    A block's origin server is one of its own, so only free cells can be origins: ``free_cells``
-    (the region's free cells as flat indices, ascending = origins in scan order) are the only
-    candidates. A search thus costs O(free servers) per shape, not O(servers): on a busy 65,536-server
-    cluster a few dozen tests instead of 65,536."""
+    """Free blocks of the region ``P`` (box prefix) and ``D`` (diagonal prefix) cover, in first-fit
+    order (rows of ``shapes``, then origins ascending): each block's row and origin server written
+    into ``out_shape`` / ``out_origin`` until full; returns how many (``count_only``: counts,
+    writes nothing). Only the region's ``free_cells`` (flat, ascending) can be origins."""
     nc, nr, ns = P.shape[0] - 1, P.shape[1] - 1, P.shape[2] - 1
     limit = out_origin.shape[0]
     count = 0
@@ -147,11 +137,8 @@ class FreeBlockIndex:
         self._free_cells = np.flatnonzero(self._busy.ravel() == 0).astype(np.int64)
         self._diagonal: NDArray[np.int32] | None = None
         self._blocks: dict[int, BlockList] = {}
-        # Shapes with no free block here, kept minimal: a box holds every smaller box and a
-        # diagonal every shorter diagonal, so a shape containing one of these has none either.
-        # Degrees are searched in ascending order, so most shapes of a big degree are skipped
-        # without a scan once a smaller one has failed (exact; ~40 of 46 scans a job on a
-        # fragmented 65,536-server cluster).
+        # Shapes with no free block here, kept minimal: a shape containing one of these has none
+        # either, so most shapes of a big degree are skipped once a smaller one has failed.
         self._full_boxes: list[Shape] = []
         self._full_diagonal = 0  # the shortest diagonal with no free block (0: none known)
         self._first: dict[int, tuple[Shape, int] | None] = {}
