@@ -258,14 +258,14 @@ def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path
         written.append(ReportFigure(name, title, caption))
 
     splits = [c for c in groups if c not in ("policy", "mean_interarrival_s") and runs[c].nunique(dropna=False) > 1]
-    split_text = ", ".join("β" if c == "beta" else c for c in splits)
+    split_text = ", ".join("β" if c == "beta" else c for c in splits) or "nothing (one setting)"
     loads = sorted(runs["mean_interarrival_s"].dropna().unique())
     at_load, where = runs, ""
     if len(loads) > 1:
         save(plot_blocking_vs_load(runs, by=groups, styles=styles), "blocking_vs_load", "Blocking rate vs load",
-             "Blocking rate against mean inter-arrival time (load grows to the right), one line "
-             f"per policy, one panel per value of {split_text or 'nothing (one setting)'}; "
-             f"bands: {note}; hollow markers: each seed where fewer; n in the legend.")
+             "Blocking rate against mean inter-arrival time (load grows to the right), one line per "
+             f"policy, one panel per value of {split_text}; bands: {note}; hollow markers: each "
+             "seed where fewer; n in the legend.")
         # The other figures show one load: the one closest to the paper's.
         load = min(loads, key=lambda x: abs(math.log(x / PAPER_MEAN_INTERARRIVAL_S)))
         at_load = runs[_close(runs["mean_interarrival_s"], load)].copy()
@@ -279,8 +279,8 @@ def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path
     save(plot_policy_bars(at_load, reference=reference, by=bar_groups, styles=styles), "policy_bars",
          "Blocking rate and throughput per setting",
          f"Blocking rate (top) and demand throughput (bottom){where}, one group of bars per value of "
-         f"{split_text or 'nothing (one setting)'}, one bar per policy; error bars: {note}; hollow "
-         "markers: each seed where fewer; n in the legend"
+         f"{split_text}, one bar per policy; error bars: {note}; hollow markers: each seed where "
+         "fewer; n in the legend"
          + ("; white diamonds are the paper's numbers (spec §14.2-14.3)." if reference else "."))
 
     jobs = all_jobs[all_jobs["run_dir"].isin(at_load["run_dir"])] if not all_jobs.empty else all_jobs
@@ -295,10 +295,10 @@ def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path
     unit = time_unit(at_load)
     save(plot_jct_cdf(jobs, facet=facets, unit=unit, styles=styles), "jct_cdf", "Job completion times",
          f"Distribution of the job completion time of completed jobs{where}, per policy and value of "
-         f"{split_text or 'nothing (one setting)'} (seeds pooled), in {unit}.")
+         f"{split_text} (seeds pooled), in {unit}.")
     save(plot_degree_histogram(jobs, facet=facets, styles=styles), "degree_histogram", "Chosen partition degrees",
          f"Share of jobs per chosen partition degree{where} (0 = rejected), per policy and value of "
-         f"{split_text or 'nothing (one setting)'} (seeds pooled).")
+         f"{split_text} (seeds pooled).")
     stems: set[str] = set()
     for run in at_load.groupby("policy", sort=False).head(1).to_dict("records"):
         num_servers = cluster_num_servers(load_run_config(run["run_dir"]))
