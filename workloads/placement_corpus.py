@@ -16,7 +16,6 @@ import dataclasses
 import gzip
 import hashlib
 from functools import cache, lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -50,14 +49,8 @@ MIN_MAX_NODES = 50
 _SCALE_FILE = CORPUS_DIR / "scale" / "fx_gpt_l56_h12.json.gz"
 
 
-@cache
-def _real(name: str) -> ComputeGraph:
-    return load_compute_graph(name)
-
-
-@cache
-def _fx(path: Path) -> ComputeGraph:
-    return load_compute_graph(path)
+#: A shipped graph (by name) or an fx export (by path), read once per process.
+_load = cache(load_compute_graph)
 
 
 @lru_cache(maxsize=1024)
@@ -74,7 +67,7 @@ def _inference_of(name: str, graph: ComputeGraph) -> ComputeGraph:
 def _fx_graphs(split: str) -> list[tuple[str, ComputeGraph]]:
     out = []
     for path in sorted((CORPUS_DIR / split).glob("*.json")):
-        graph = _fx(path)
+        graph = _load(path)
         out += [(graph.name, graph), (f"{graph.name}_inf", _inference_of(f"{graph.name}_inf", graph))]
     return out
 
@@ -126,14 +119,14 @@ def corpus(split: str, *, synthetic: int = DEFAULT_SYNTHETIC, seed: int = 0,
         return [item for part in SPLITS[:-1]
                 for item in corpus(part, synthetic=synthetic, seed=seed, max_nodes=max_nodes)]
     if split == "heldout":
-        graphs = [(name, _real(name)) for name in HELD_OUT_REAL]
+        graphs = [(name, _load(name)) for name in HELD_OUT_REAL]
     elif split == "train":
         pipedream = set(shipped_models())
         graphs = []
         for name in TRAIN_REAL:
-            graphs.append((name, _real(name)))
+            graphs.append((name, _load(name)))
             if name in pipedream:
-                graphs.append((f"{name}_inf", _inference_of(f"{name}_inf", _real(name))))
+                graphs.append((f"{name}_inf", _inference_of(f"{name}_inf", _load(name))))
         graphs += _fx_graphs("train")
         graphs += _drawn(synthetic, np.random.default_rng([seed, 1]), families=TRAIN_FAMILIES,
                          seeds=TRAIN_SEEDS, max_nodes=max_nodes)
