@@ -24,7 +24,7 @@ from simulator.errors import ConfigError
 from simulator.place.heuristics import metis_adjacency, scaled_ints
 from simulator.place.local_search import climb_groups
 from simulator.place.objectives import BoundObjective, bind_objective
-from simulator.place.placer import PlacerResult, check_bool, check_int, quiet_stdout, timed
+from simulator.place.placer import PlacerResult, check_bool, check_int, quiet_stdout, timed_place
 from workloads.compute_graph import ComputeGraph
 
 log = logging.getLogger(__name__)
@@ -408,11 +408,9 @@ class CoarsenedPlacer:
         if callable(hook):
             hook(objective)
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Coarsen ``objective.graph``, place the clusters, refine; the result is a fine placement."""
-        return timed(objective, lambda: self._run(objective, seed))
-
-    def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
         g = objective.graph
         c = coarsen(g, self.max_groups, method=self.method, seed=seed, width=self.width)
         view = "full"

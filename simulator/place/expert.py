@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError
 from simulator.place.devices import CPU_KIND
 from simulator.place.objectives import BoundObjective
-from simulator.place.placer import PlacerResult, expand_groups, timed
+from simulator.place.placer import PlacerResult, expand_groups, timed_place
 from workloads.errors import WorkloadError
 from workloads.io import read_text
 from workloads.loaders import DNN_PARTITIONING_DIR
@@ -182,24 +182,23 @@ class ExpertPlacer:
         self.path = None if path is None else Path(path).expanduser()
         self.shipped = shipped
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """The split from a file when there is one, else contiguous layers balanced by compute."""
-        def run() -> PlacerResult:
-            path = self.path or (shipped_expert_file(objective.graph.name) if self.shipped else None)
-            if path is not None:
-                placement = read_split(path, objective)
-                info: dict[str, Any] = {"split": "file", "file": str(path)}
-            else:
-                placement, info = contiguous_layers(objective)
-                info = {"split": "contiguous_layers", **info}
-            reason = objective.infeasibility(placement)
-            if reason:
-                info["feasible"] = False
-                info["reason"] = reason
-                log.info("expert: %s", reason)
-            info["devices_used"] = int(len(np.unique(placement))) if len(placement) else 0
-            return PlacerResult(placement, info=info)
-        return timed(objective, run)
+        path = self.path or (shipped_expert_file(objective.graph.name) if self.shipped else None)
+        if path is not None:
+            placement = read_split(path, objective)
+            info: dict[str, Any] = {"split": "file", "file": str(path)}
+        else:
+            placement, info = contiguous_layers(objective)
+            info = {"split": "contiguous_layers", **info}
+        reason = objective.infeasibility(placement)
+        if reason:
+            info["feasible"] = False
+            info["reason"] = reason
+            log.info("expert: %s", reason)
+        info["devices_used"] = int(len(np.unique(placement))) if len(placement) else 0
+        return PlacerResult(placement, info=info)
 
 
 __all__ = ["ExpertPlacer", "contiguous_layers", "read_split", "shipped_expert_file"]

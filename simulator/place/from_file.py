@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
-from simulator.place.placer import PlacerResult, timed
+from simulator.place.placer import PlacerResult, timed_place
 from workloads.errors import WorkloadError
 from workloads.io import line_of_offset
 
@@ -103,10 +103,9 @@ class FilePlacer:
         """Before any work: the file must be a sound placement for this graph and these devices."""
         self.load(objective)
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """The file's placement (one evaluation, to count it like every other method)."""
-        def run() -> PlacerResult:
-            p = self.load(objective)
-            objective.value(p)
-            return PlacerResult(p, info={"path": str(self.path)})
-        return timed(objective, run)
+        p = self.load(objective)
+        objective.value(p)
+        return PlacerResult(p, info={"path": str(self.path)})

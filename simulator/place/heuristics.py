@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
 from simulator.place.objectives import BoundObjective
-from simulator.place.placer import PlacerResult, check_bool, expand_groups, timed
+from simulator.place.placer import PlacerResult, check_bool, expand_groups, timed_place
 from workloads.graph import topological_order
 
 _TOL = 1 + 1e-12  # the objective's memory tolerance
@@ -142,9 +142,10 @@ def _finish(problem: HeuristicProblem, objective: BoundObjective, group_device: 
 class _Heuristic:
     """A deterministic heuristic (the seed is unused), priced by the objective it is given."""
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Run the heuristic; return its placement priced by ``objective``."""
-        return timed(objective, lambda: self._run(objective))
+        return self._run(objective)
 
     def _run(self, objective: BoundObjective) -> PlacerResult:
         raise NotImplementedError
@@ -460,11 +461,9 @@ class MetisPlacer:
             raise ConfigError(f"must be 'transfer' or 'unit', got {edge_weight!r}", field="method.edge_weight")
         self.parts, self.balance, self.edge_weight = parts, balance, edge_weight
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Partition the group graph with METIS (seeded); return the placement priced by ``objective``."""
-        return timed(objective, lambda: self._run(objective, seed))
-
-    def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
         import pymetis  # noqa: PLC0415  # lazy: pymetis
 
         p = HeuristicProblem(objective)

@@ -25,7 +25,7 @@ from simulator.place.placer import (
     check_float,
     check_int,
     expand_groups,
-    timed,
+    timed_place,
 )
 
 log = logging.getLogger(__name__)
@@ -325,11 +325,9 @@ class LocalSearchPlacer:
             raise ConfigError(f"must be 'best' or 'first', got {move_rule!r}", field="method.move_rule")
         self.move_rule = move_rule
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Best placement of a climb from the best simple placement and ``restarts`` from random starts."""
-        return timed(objective, lambda: self._run(objective, seed))
-
-    def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
         rng = np.random.default_rng(seed)
         targets = accelerators(objective)
         gtime = group_time(objective)
@@ -508,10 +506,6 @@ class AnnealPlacer:
         self.swap_probability = check_float(swap_probability, "swap_probability", low=0.0, high=1.0,
                                              low_open=False)
 
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Anneal from a feasible start for ``max_evaluations`` evaluations."""
-        return timed(objective, lambda: self._run(objective, seed))
-
     def _start(self, objective: BoundObjective, gtime, group_mem, cap) -> tuple[NDArray[np.int64], str]:
         """The start and its name: the best simple placement when it is feasible, else a greedy fill."""
         start = best_simple_start(objective)
@@ -529,7 +523,9 @@ class AnnealPlacer:
                     break
         return gdev, "greedy_fill"
 
-    def _run(self, objective: BoundObjective, seed: int) -> PlacerResult:
+    @timed_place
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Anneal from a feasible start for ``max_evaluations`` evaluations."""
         g, d = objective.graph, objective.devices.num_devices
         rng = np.random.default_rng(seed)
         before = objective.evaluations

@@ -24,7 +24,7 @@ from simulator.place.placer import (
     check_int,
     expand_groups,
     quiet_stdout,
-    timed,
+    timed_place,
 )
 
 log = logging.getLogger(__name__)
@@ -74,11 +74,6 @@ class MipPlacer:
             raise ConfigError(f"the MIP models the pipeline objective only, not {objective.name!r}",
                               field="objective")
 
-    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
-        """Solve the MIP; return its best placement and the bound it proved."""
-        self.check(objective)
-        return timed(objective, lambda: self._run(objective, seed))
-
     # ------------------------------------------------------------------ warm start
     def _warm(self, objective: BoundObjective, seed: int) -> NDArray[np.int64] | None:
         ws = self.warm_start
@@ -91,7 +86,10 @@ class MipPlacer:
         return objective.check(ws)
 
     # ------------------------------------------------------------------ model
-    def _run(self, objective: PipelineObjective, seed: int) -> PlacerResult:
+    @timed_place
+    def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        """Solve the MIP; return its best placement and the bound it proved."""
+        self.check(objective)
         g, devs = objective.graph, objective.devices
         G, D = g.num_groups, devs.num_devices
         model = _build(objective)

@@ -11,6 +11,7 @@ device: :func:`expand_groups` turns a per-group assignment into a per-node place
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -122,6 +123,14 @@ def quiet_stdout():
         os.close(devnull)
 
 
+def timed_place(place):
+    """Decorator of a placer's ``place(objective, *, seed)``: :func:`timed` around it."""
+    @functools.wraps(place)
+    def timed_call(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
+        return timed(objective, lambda: place(self, objective, seed=seed))
+    return timed_call
+
+
 def timed(objective: BoundObjective, run) -> PlacerResult:
     """Run ``run()`` (returning a placement or a result) and fill in evaluations and wall time."""
     before = objective.evaluations
@@ -138,18 +147,17 @@ class SingleDevicePlacer:
 
     name = "single"
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Try each device; keep the best feasible (or the first, if none fits)."""
-        def run() -> PlacerResult:
-            n = objective.graph.num_nodes
-            best, best_value = 0, math.inf
-            for d in range(objective.devices.num_devices):
-                value = objective.value(np.full(n, d, dtype=np.int64))
-                if value < best_value:
-                    best, best_value = d, value
-            return PlacerResult(np.full(n, best, dtype=np.int64),
-                                info={"device": objective.devices.names[best]})
-        return timed(objective, run)
+        n = objective.graph.num_nodes
+        best, best_value = 0, math.inf
+        for d in range(objective.devices.num_devices):
+            value = objective.value(np.full(n, d, dtype=np.int64))
+            if value < best_value:
+                best, best_value = d, value
+        return PlacerResult(np.full(n, best, dtype=np.int64),
+                            info={"device": objective.devices.names[best]})
 
 
 class RoundRobinPlacer:
@@ -158,17 +166,16 @@ class RoundRobinPlacer:
 
     name = "round_robin"
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Deal the groups out one by one."""
-        def run() -> NDArray[np.int64]:
-            g = objective.graph
-            first: dict[int, int] = {}
-            for node in g.topological_order:
-                first.setdefault(int(g.group[node]), len(first))
-            rank = np.array([first[k] for k in range(g.num_groups)], dtype=np.int64)
-            acc = accelerators(objective)
-            return expand_groups(objective, runnable_groups(objective, acc[rank % len(acc)]))
-        return timed(objective, run)
+        g = objective.graph
+        first: dict[int, int] = {}
+        for node in g.topological_order:
+            first.setdefault(int(g.group[node]), len(first))
+        rank = np.array([first[k] for k in range(g.num_groups)], dtype=np.int64)
+        acc = accelerators(objective)
+        return PlacerResult(expand_groups(objective, runnable_groups(objective, acc[rank % len(acc)])))
 
 
 class RandomPlacer:
@@ -176,11 +183,10 @@ class RandomPlacer:
 
     name = "random"
 
+    @timed_place
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Draw one device per group."""
-        def run() -> NDArray[np.int64]:
-            rng = np.random.default_rng(seed)
-            acc = accelerators(objective)
-            return expand_groups(objective, runnable_groups(
-                objective, acc[rng.integers(0, len(acc), objective.graph.num_groups)]))
-        return timed(objective, run)
+        rng = np.random.default_rng(seed)
+        acc = accelerators(objective)
+        return PlacerResult(expand_groups(objective, runnable_groups(
+            objective, acc[rng.integers(0, len(acc), objective.graph.num_groups)])))
