@@ -53,9 +53,7 @@ _SCALE_FILE = CORPUS_DIR / "scale" / "fx_gpt_l56_h12.json.gz"
 _load = cache(load_compute_graph)
 
 
-@lru_cache(maxsize=1024)
-def _synthetic(name: str) -> ComputeGraph:
-    return graph_from_name(name)
+_synthetic = lru_cache(maxsize=1024)(graph_from_name)
 
 
 @cache
