@@ -49,10 +49,8 @@ MIN_MAX_NODES = 50
 _SCALE_FILE = CORPUS_DIR / "scale" / "fx_gpt_l56_h12.json.gz"
 
 
-#: A shipped graph (by name) or an fx export (by path), read once per process.
+#: A shipped graph (by name) or an fx export (by path), read once per process; synthetic graphs.
 _load = cache(load_compute_graph)
-
-
 _synthetic = lru_cache(maxsize=1024)(graph_from_name)
 
 
