@@ -20,12 +20,9 @@ class Cluster:
 
     def __init__(self, topology: RampTopology) -> None:
         self.topology = topology
-        self.owner: list[int] = [-1] * topology.num_servers
-        """Job id holding each server, or -1."""
-        self.occupied_mask = 0
-        """Bitmask of held servers."""
-        self.held: dict[int, Placement] = {}
-        """Placement of every running job, by job id."""
+        self.owner: list[int] = [-1] * topology.num_servers  # job id holding each server, or -1
+        self.occupied_mask = 0  # bitmask of held servers
+        self.held: dict[int, Placement] = {}  # placement of every running job, by job id
 
     @property
     def num_running_jobs(self) -> int:

@@ -208,8 +208,7 @@ class CsvStreamSink:
         self.flush_rows = flush_rows
         self.records: list[JobRecord] = []
         self.rows_written = 0
-        self.max_buffered = 0
-        """Most records ever waiting in the reorder buffer."""
+        self.max_buffered = 0  # most records ever waiting in the reorder buffer
         self._slots: deque[list[Any]] = deque()  # [job_id, record or None], arrival order
         self._by_id: dict[int, list[Any]] = {}  # job id -> its slot, while it waits
         self._waiting = 0

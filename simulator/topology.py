@@ -166,8 +166,7 @@ class RampTopology:
         missing = [r for r, k in enumerate(rack_kind) if k is None]
         if missing:
             raise ConfigError(f"racks {missing} have no kind (every rack index 0..{R - 1} needs one)", field=where)
-        self.kinds: tuple[str, ...] = tuple(kinds)
-        """Server kinds, in config order."""
+        self.kinds: tuple[str, ...] = tuple(kinds)  # server kinds, in config order
         self.kind_speed: dict[str, float] = dict(zip(kinds, speed, strict=True))
         """Compute speed of each kind relative to the profiled GPU (a sub-op takes ``time / speed``)."""
         index = np.array([rack_kind[r] for _, r, _ in self.coords], dtype=np.int64)

@@ -188,13 +188,11 @@ class FirstFitAllocator:
     """
 
     MAX_CACHE_ENTRIES = 200_000
-    MAX_CACHE_BYTES = 256 * 2**20
-    """Estimated bytes each cache may hold before it is cleared."""
+    MAX_CACHE_BYTES = 256 * 2**20  # estimated bytes each cache may hold before it is cleared
     REUSE_WINDOW = 4096
     """Lookups over which the reuse of occupancy-keyed entries is measured (and their bound when
     they are not reused, see :meth:`_note_occupancy_lookup`)."""
-    MIN_REUSE = 0.1
-    """Fraction of hits below which occupancy-keyed caches are kept small."""
+    MIN_REUSE = 0.1  # fraction of hits below which occupancy-keyed caches are kept small
     UNBOUND_MEMORY_FRACTION = 0.999
     """A job whose ops need at most this share of the smallest server's memory is placed by its
     first free blocks alone (:meth:`_place_unbound`)."""

@@ -131,8 +131,7 @@ class FreeBlockIndex:
         busy = (1 - bits).reshape(C, R, S)[c0:c1, r0:r1, s0:s1]
         self._busy = np.ascontiguousarray(busy)
         self._box = box_prefix(self._busy)
-        self.num_free = self._busy.size - int(self._box[-1, -1, -1])
-        """Free servers in the region."""
+        self.num_free = self._busy.size - int(self._box[-1, -1, -1])  # free servers in the region
         # Candidate origins of every search (a block's origin is one of its free servers).
         self._free_cells = np.flatnonzero(self._busy.ravel() == 0).astype(np.int64)
         self._diagonal: NDArray[np.int32] | None = None

@@ -116,20 +116,15 @@ class BlockOpPlacer:
         self.seed = seed
         self._graphs: dict[tuple[str, int], _JobGraph] = {}
         self._cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
-        self.calls = 0
-        """Placer runs (cache misses)."""
-        self.cache_hits = 0
-        """Placements answered from the cache."""
-        self.wall_s = 0.0
-        """Wall time spent in the placer (building objectives included)."""
-        self.pins_restored = 0
-        """Fixed sub-ops a placer moved and that were put back."""
+        self.calls = 0  # placer runs (cache misses)
+        self.cache_hits = 0  # placements answered from the cache
+        self.wall_s = 0.0  # wall time spent in the placer (building objectives included)
+        self.pins_restored = 0  # fixed sub-ops a placer moved and that were put back
         self.first_fit_fallbacks = 0
         """Placements replaced by first fit (a group split or a server over memory)."""
         self.moved_ops = 0
         """Free (unsplit or narrower) ops put elsewhere than first fit put them (over placer runs)."""
-        self.snapped_sub_ops = 0
-        """Sub-ops of narrower ops moved to make their op a symmetric block."""
+        self.snapped_sub_ops = 0  # sub-ops of narrower ops moved to make their op a symmetric block
         self._sub_blocks: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
 
     def _job_graph(self, graph: TrainingGraph, degree: int) -> _JobGraph:

@@ -47,9 +47,9 @@ def first_feasible_block(table: FeasibilityTable, degree: int, limit: int) -> Bl
     return None
 
 
-def _check_block_search(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"policy.block_search must be an integer >= 0, got {value!r}")
+def _check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"policy.{name} must be an integer >= {low}, got {value!r}")
     return value
 
 
@@ -104,7 +104,7 @@ class ParaMax:
                  horizon_guard: bool = False) -> None:
         self.max_degree = max_degree
         self.mask = _check_mask(mask)
-        self.block_search = _check_block_search(block_search)
+        self.block_search = _check_int(block_search, "block_search", 0)
         self.horizon_guard = _check_bool(horizon_guard, "horizon_guard")
 
     def reset(self, seed: int | None = None) -> None:
@@ -172,9 +172,7 @@ class FixedDegree:
     """Always the same degree (``policy.degree=k``); ``degree=1`` is the sequential baseline."""
 
     def __init__(self, degree: int = 1) -> None:
-        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 0:
-            raise ValueError(f"policy.degree must be an integer >= 0, got {degree!r}")
-        self.degree = degree
+        self.degree = _check_int(degree, "degree", 0)
 
     @staticmethod
     def check_config(node: Mapping[str, Any], topology: RampTopology) -> None:
@@ -219,10 +217,8 @@ class MinFeasible:
     """
 
     def __init__(self, min_degree: int = 1, block_search: int = 0, horizon_guard: bool = False) -> None:
-        if isinstance(min_degree, bool) or not isinstance(min_degree, int) or min_degree < 1:
-            raise ValueError(f"policy.min_degree must be an integer >= 1, got {min_degree!r}")
-        self.min_degree = min_degree
-        self.block_search = _check_block_search(block_search)
+        self.min_degree = _check_int(min_degree, "min_degree", 1)
+        self.block_search = _check_int(block_search, "block_search", 0)
         self.horizon_guard = _check_bool(horizon_guard, "horizon_guard")
 
     def reset(self, seed: int | None = None) -> None:
