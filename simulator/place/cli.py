@@ -69,11 +69,8 @@ _GRAPHS: dict[tuple[str, float], ComputeGraph] = {}
 
 
 def load_graph(spec: str) -> ComputeGraph:
-    """The graph ``spec`` names (cached per file and modification time: preflight and run share it).
-
-    Raises:
-        WorkloadError: Not a shipped name or a readable graph in a known format.
-    """
+    """The graph ``spec`` names (cached per file and modification time: preflight and run share
+    it); a WorkloadError if it is not a shipped name or a readable graph."""
     path = Path(spec).expanduser()
     try:
         key = (spec, path.stat().st_mtime if path.is_file() else 0.0)
@@ -118,11 +115,7 @@ def _has_own_devices(graph: ComputeGraph) -> bool:
 
 
 def build_devices(node: Any, graph: ComputeGraph) -> DeviceSet:
-    """The device set ``devices`` describes for ``graph`` (see module docstring).
-
-    Raises:
-        ConfigError: Naming the ``devices.*`` key at fault.
-    """
+    """The device set ``devices`` describes for ``graph``; a ConfigError names the key at fault."""
     data = _plain(node, "devices")
     if not isinstance(data, dict):
         raise ConfigError(f"must be a device preset (a config section), got {data!r}", field="devices")
@@ -224,13 +217,8 @@ class Prepared:
 
 
 def prepare(cfg: DictConfig) -> Prepared:
-    """Load the graph, build the devices, bind the objective and build the method.
-
-    A method with a ``check(objective)`` hook (``method=file``) runs it here, before any work.
-
-    Raises:
-        WorkloadError, ConfigError: Naming the file or key at fault.
-    """
+    """Load the graph, build the devices, bind the objective and build the method, then run the
+    method's ``check(objective)`` hook if it has one (``method=file``), before any work."""
     graph = load_graph(str(cfg.graph))
     devices = build_devices(cfg.get("devices"), graph)
     try:
@@ -289,11 +277,8 @@ def _checked_result(result: Any, objective: BoundObjective, method: Any) -> Plac
 
 
 def run_place(cfg: DictConfig, out_dir: str | Path, choices: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run the method ``cfg`` names and write ``placement.json``, ``summary.json`` and the chart.
-
-    Returns:
-        The summary (also written as ``summary.json``).
-    """
+    """Run the method ``cfg`` names, write ``placement.json``, ``summary.json`` and the chart;
+    returns the summary."""
     out = Path(out_dir)
     choices = dict(choices or {})
     prep = prepare(cfg)

@@ -327,11 +327,7 @@ def coarsen(graph: ComputeGraph, max_groups: int, *, method: str = "chain", seed
 # ---------------------------------------------------------------------- the wrapper placer
 def build_inner(inner: Any, inner_args: Mapping[str, Any] | None = None) -> Any:
     """The inner placer: a method name of ``conf/method/`` (its config, updated by ``inner_args``, instantiated
-    like any method), a config with ``_target_``, or a placer object.
-
-    Raises:
-        ConfigError: Naming ``method.inner`` (or the inner method's own key under ``method.inner_args``).
-    """
+    like any method), a config with ``_target_``, or a placer object; a ConfigError names the key."""
     args = dict(inner_args or {})
     if isinstance(inner, str):
         names = sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))

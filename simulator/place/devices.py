@@ -195,14 +195,9 @@ def _num(cfg: Mapping[str, Any], key: str, where: str, *, positive: bool = True,
 
 
 def device_set_from_config(cfg: Mapping[str, Any], *, where: str = "devices") -> DeviceSet:
-    """Build a device set from a preset mapping (``conf/devices/*.yaml``).
-
-    Keys: ``name``; ``groups`` (list of ``{kind, count, speed, memory_bytes, prefix}``);
-    ``links`` (``{type: full_mesh | two_level | host_accelerator, ...}``, see the constructors).
-
-    Raises:
-        ConfigError: Naming the key at fault.
-    """
+    """Build a device set from a preset mapping (``conf/devices/*.yaml``): ``name``, ``groups``
+    (``{kind, count, speed, memory_bytes, prefix}``), ``links`` (:data:`LINK_DEFAULTS`); a
+    ConfigError names the key at fault."""
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"expected a mapping, got {cfg!r}", field=where)
     allowed = {"name", "groups", "links", "description"}

@@ -38,11 +38,8 @@ def shipped_expert_file(graph_name: str) -> Path | None:
 
 
 def read_split(path: str | Path, objective: BoundObjective) -> NDArray[np.int64]:
-    """Read a split file into a placement of ``objective.graph`` on ``objective.devices``.
-
-    Raises:
-        WorkloadError: One line naming the file and the bad id, key or device.
-    """
+    """Read a split file into a placement of ``objective.graph`` on ``objective.devices``; a
+    WorkloadError names the file and the bad id, key or device."""
     g, dev = objective.graph, objective.devices
     text = read_text(Path(path))
     try:

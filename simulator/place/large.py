@@ -146,11 +146,7 @@ def is_big_graph_name(spec: str) -> bool:
 
 
 def big_graph(spec: str) -> ComputeGraph:
-    """The big graph a name gives (module docstring).
-
-    Raises:
-        WorkloadError: Not a big-graph name, or one too large (over :data:`MAX_NODES` nodes).
-    """
+    """The big graph a name gives; a WorkloadError if it is not one or has over :data:`MAX_NODES` nodes."""
     m = _PATTERN.match(spec)
     if not m:
         raise WorkloadError(f"{spec!r} is not a big-graph name (<model>_x<k>, <model>_stack<L>, transformer<L>)",

@@ -65,11 +65,7 @@ class MipPlacer:
         self.warm_start = warm_start
 
     def check(self, objective: BoundObjective) -> None:
-        """Refuse an objective other than ``pipeline`` before any work.
-
-        Raises:
-            ConfigError: (field ``objective``) the objective is ``step`` or ``latency``.
-        """
+        """Refuse an objective other than ``pipeline`` before any work (ConfigError, field ``objective``)."""
         if not isinstance(objective, PipelineObjective):
             raise ConfigError(f"the MIP models the pipeline objective only, not {objective.name!r}",
                               field="objective")
