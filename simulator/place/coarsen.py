@@ -366,18 +366,8 @@ def _coarse_scope(info: dict[str, Any]) -> dict[str, Any]:
 
 
 class CoarsenedPlacer:
-    """Coarsen, place the clusters with an inner placer, refine on the fine graph (docs/op-placement.md).
-
-    Args:
-        inner: A method name of ``conf/method/`` (``heft``, ``learned``...) or a placer object.
-        max_groups: Largest number of clusters.
-        method: ``chain`` or ``metis`` (see :func:`coarsen`).
-        refine_evaluations: Evaluations on the fine graph after the inner placer, the coarse
-            placement's pricing included (0 or 1: no moves).
-        width: Lanes of the chain method (see :func:`coarsen`).
-        contract: Let the inner placer see the contracted graph when the clustering is acyclic.
-        inner_args: Overrides of the inner method's config (only with ``inner`` a name).
-    """
+    """Coarsen, place the clusters with an inner placer (a method name or a placer object), refine on
+    the fine graph (docs/op-placement.md); arguments: ``conf/method/coarse.yaml``."""
 
     name = "coarse"
 

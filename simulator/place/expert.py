@@ -160,12 +160,7 @@ def contiguous_layers(objective: BoundObjective) -> tuple[NDArray[np.int64], dic
 
 
 class ExpertPlacer:
-    """A person's split (see module docstring).
-
-    Args:
-        path: A split file (``None``: the shipped split for the graph if any, else contiguous layers).
-        shipped: Whether to look for a shipped split when ``path`` is not given.
-    """
+    """A person's split (see module docstring); arguments: ``conf/method/expert.yaml``."""
 
     name = "expert"
 

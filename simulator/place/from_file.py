@@ -24,11 +24,8 @@ MAX_FILE_BYTES = 200_000_000
 
 
 class FilePlacer:
-    """The placement a file gives (op name -> device name), checked against graph and devices.
-
-    Args:
-        path: JSON file: ``{"op": "device", ...}`` or a ``placement.json`` of ``pacml place``.
-    """
+    """The placement a JSON file gives (op name -> device name, or a ``placement.json`` of ``pacml
+    place``), checked against graph and devices."""
 
     name = "file"
 

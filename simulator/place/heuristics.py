@@ -153,11 +153,8 @@ class _Heuristic:
 
 # ---------------------------------------------------------------------- HEFT
 class HeftPlacer(_Heuristic):
-    """HEFT (Topcuoglu, Hariri and Wu, 2002), deciding per group (see docs/op-placement.md).
-
-    Args:
-        insertion: Use idle gaps between scheduled nodes (the paper's policy); ``False`` appends.
-    """
+    """HEFT (Topcuoglu, Hariri and Wu, 2002), deciding per group; ``insertion``: use idle gaps
+    between scheduled nodes (the paper's policy), else append."""
 
     name = "heft"
 
@@ -442,13 +439,7 @@ def metis_adjacency(num_groups: int, gu: NDArray[np.int64], gv: NDArray[np.int64
 
 class MetisPlacer:
     """Balanced min-cut partitioning of the group graph with METIS (pymetis), then groups a device
-    cannot run or hold repaired (docs/op-placement.md).
-
-    Args:
-        parts: Number of parts (``None``: one per device).
-        balance: ``speed`` or ``equal`` target part sizes (one part per device only).
-        edge_weight: ``transfer`` (mean transfer time) or ``unit`` (count cut edges).
-    """
+    cannot run or hold repaired; arguments: ``conf/method/metis.yaml``."""
 
     name = "metis"
 

@@ -304,15 +304,8 @@ def best_simple_start(objective: BoundObjective, *, budget: int = -1) -> SimpleS
 # ---------------------------------------------------------------------- local search
 class LocalSearchPlacer:
     """The reference program's local search over group moves among accelerators, plus a first
-    climb from the best simple placement, so that it never ends worse than that.
-
-    Args:
-        restarts: Random starting placements (the program's ``-localSearch 10``).
-        max_evaluations: Budget of evaluations: the start's pricing and the priced moves of every
-            climb (``None``: every climb to convergence).
-        respect_memory: Skip moves that overflow a device (the program ignores memory).
-        move_rule: ``best`` (the program: the best move of the whole neighbourhood) or ``first``.
-    """
+    climb from the best simple placement, so that it never ends worse than that; arguments:
+    ``conf/method/local_search.yaml``."""
 
     name = "local_search"
 
@@ -486,14 +479,7 @@ def group_time(objective: BoundObjective) -> NDArray[np.float64]:
 # ---------------------------------------------------------------------- annealing
 class AnnealPlacer:
     """Simulated annealing over group moves and swaps on any objective, memory respected, from the
-    best simple placement (never worse than it; docs/op-placement.md).
-
-    Args:
-        max_evaluations: Budget of evaluations.
-        initial_temperature: Starting temperature as a fraction of the start's value.
-        final_temperature: Final temperature as a fraction of the start's value.
-        swap_probability: Share of proposals that swap two groups.
-    """
+    best simple placement (never worse than it); arguments: ``conf/method/anneal.yaml``."""
 
     name = "anneal"
 

@@ -34,16 +34,8 @@ MODEL_UNIT_PER_S = 1e3
 
 
 class MipPlacer:
-    """Optimal placement for the ``pipeline`` objective by a MIP with a proven gap (module docstring).
-
-    Args:
-        time_limit_s: Solver time limit (> 0).
-        mip_gap: Relative gap at which the solver stops.
-        warm_start: ``None``; ``"local_search"`` or ``"single"`` (run that method first and hand
-            its placement to the solver); a placer object; or a placement (one device per node).
-        threads: Solver threads.
-        random_seed: Solver seed (the run's seed is added).
-    """
+    """Optimal placement for the ``pipeline`` objective by a MIP with a proven gap; arguments:
+    ``conf/method/mip.yaml`` (``warm_start`` may also be a placer object or a placement)."""
 
     name = "mip"
 
