@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from analysis.report import build_report, main
+from pacml.agent.env import compose_sim_config
+from simulator.build import build_policy, check_buildable
 from tests.analysis.test_runs import write_run
 from tests.conftest import CONF_DIR
 
@@ -49,6 +52,19 @@ def test_load_sweep_covers_five_loads_for_four_policies() -> None:
     assert params.beta == "C"
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.progress is False
 
+
+
+def test_pipeline_hetero_builds_every_swept_combination() -> None:
+    """Reported seeds only (>= 100), and every swept policy and stage placer builds on every swept
+    cluster (one bad pair would stop the whole sweep)."""
+    cfg = compose_experiment("pipeline_hetero")
+    params = cfg.hydra.sweeper.params
+    assert cfg.hydra.runtime.choices.scenario == "pipeline" and min(map(int, params.seed.split(","))) >= 100
+    for cluster, placer in itertools.product(params.cluster.split(","), params["sim.pipeline.stage_placer"].split(",")):
+        check_buildable(compose_sim_config(["experiment=pipeline_hetero", f"cluster={cluster}",
+                                            f"sim.pipeline.stage_placer={placer}"]))
+    for policy in params.policy.split(","):
+        build_policy(compose_sim_config(["experiment=pipeline_hetero", f"policy={policy}"]))
 
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
