@@ -52,10 +52,10 @@ from workloads.graph import TrainingGraph
 log = logging.getLogger(__name__)
 
 #: Stage placers whose placement is always a pipeline (contiguous stages, :func:`stage_order`):
-#: PipeDream's partitioner and the DP split the graph into contiguous stages by construction, and
+#: PipeDream's partitioner and the DPs (dp, dp_mixed) split the graph into contiguous stages by construction, and
 #: ``single`` puts it on one server. The others (heft, m_etf, round_robin, local_search, ...) often
 #: cut a graph so that two servers feed each other, which no pipeline schedule runs (docs/pipeline.md).
-STAGE_PLACERS = ("pipedream", "dp", "single")
+STAGE_PLACERS = ("pipedream", "dp", "dp_mixed", "single")
 
 
 @dataclass(frozen=True)

@@ -567,3 +567,234 @@ def _signatures(graph, cg: DPGraph, send_s: NDArray[np.float64]):
     sig_a = np.array([k[0] for k in keys], dtype=np.int64)
     sig_b = _bit_matrix([np.array(k[1], dtype=np.int64) for k in keys], cg.num_nodes)
     return sig_a, sig_b, np.array([rows[k] for k in keys], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------- mixed devices (dp_mixed)
+@njit(cache=True)
+def _staged_kernel(ideals, sizes, grp_t, grp_bad, grp_cap, grp_comm, mem, sig_a, sig_b, sig_cost,
+                   t_ptr, t_pred, t_grp):  # pragma: no cover - compiled
+    """``dp[s, i]``: least max load of ideal ``i`` on the devices of state ``s`` (state 0: none).
+    State ``s`` is reached from ``t_pred[e]`` by one more device of group ``t_grp[e]``
+    (``e`` in ``t_ptr[s]..t_ptr[s+1]``): a stage of that group, or the device left empty."""
+    m, w = ideals.shape
+    num_groups = grp_t.shape[0]
+    num_states = t_ptr.shape[0] - 1
+    num_trans = t_pred.shape[0]
+    inf = np.inf
+    dp = np.full((num_states, m), inf)
+    back_j = np.full((num_states, m), -1, dtype=np.int32)
+    back_e = np.full((num_states, m), -1, dtype=np.int32)  # >= num_trans: the device left empty
+    for s in range(num_states):
+        dp[s, 0] = 0.0
+    s_bits = np.zeros(w, dtype=np.uint64)
+    load = np.zeros(num_groups)
+    u_count = sig_a.shape[0]
+    for i in range(1, m):
+        for t in range(i):
+            j = 0 if t == 0 else i - t
+            if sizes[j] >= sizes[i]:
+                continue
+            sub = True
+            for q in range(w):
+                if ideals[j, q] & ~ideals[i, q]:
+                    sub = False
+                    break
+            if not sub:
+                continue
+            size = mem[i] - mem[j]
+            least = inf  # least compute of a group that pays communication
+            for g in range(num_groups):
+                load[g] = inf
+                if grp_bad[g, i] - grp_bad[g, j] == 0 and size <= grp_cap[g]:
+                    load[g] = grp_t[g, i] - grp_t[g, j]
+                    if grp_comm[g] and load[g] < least:
+                        least = load[g]
+            # The largest state value a communicating group could still improve (comm >= 0).
+            bound = -1.0
+            for s in range(1, num_states):
+                cur = dp[s, i]
+                for e in range(t_ptr[s], t_ptr[s + 1]):
+                    g = t_grp[e]
+                    if grp_comm[g] and load[g] < cur and dp[t_pred[e], j] < cur and cur > bound:
+                        bound = cur
+            comm = 0.0
+            if bound > 0.0:
+                for q in range(w):
+                    s_bits[q] = ideals[i, q] & ~ideals[j, q]
+                for u in range(u_count):
+                    a = sig_a[u]
+                    in_s = (s_bits[a >> 6] >> np.uint64(a & 63)) & np.uint64(1)
+                    cross = False
+                    if in_s:
+                        for q in range(w):
+                            if sig_b[u, q] & ~s_bits[q]:
+                                cross = True
+                                break
+                    else:
+                        for q in range(w):
+                            if sig_b[u, q] & s_bits[q]:
+                                cross = True
+                                break
+                    if cross:
+                        comm += sig_cost[u]
+                        if least + comm >= bound:
+                            break  # no communicating group improves any state
+            for g in range(num_groups):
+                if grp_comm[g]:
+                    load[g] = load[g] + comm if bound > 0.0 else inf
+            for s in range(1, num_states):
+                for e in range(t_ptr[s], t_ptr[s + 1]):
+                    cand = max(dp[t_pred[e], j], load[t_grp[e]])
+                    if cand < dp[s, i]:
+                        dp[s, i] = cand
+                        back_j[s, i] = j
+                        back_e[s, i] = e
+        # A device may stay empty; states in increasing order, so a predecessor's row is final.
+        for s in range(1, num_states):
+            for e in range(t_ptr[s], t_ptr[s + 1]):
+                if dp[t_pred[e], i] < dp[s, i]:
+                    dp[s, i] = dp[t_pred[e], i]
+                    back_j[s, i] = i
+                    back_e[s, i] = e + num_trans
+    return dp, back_j, back_e
+
+
+def _device_groups(objective: BoundObjective) -> list[list[int]]:
+    """Devices grouped by (kind, speed, memory), each group in index order, groups by first device."""
+    groups: dict[tuple, list[int]] = {}
+    for i, d in enumerate(objective.devices.devices):
+        groups.setdefault((d.kind, d.speed, d.memory_bytes), []).append(i)
+    return list(groups.values())
+
+
+def _transitions(sizes: list[int]) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """The lattice of per-group device counts ``c <= sizes`` (mixed radix, state 0 = no device):
+    state ``c`` is reached from ``c - e_g`` by a device of group ``g``. Every order of the
+    groups' devices is one path through it."""
+    strides = np.cumprod([1] + [n + 1 for n in sizes[:-1]]).tolist()
+    num = int(np.prod([n + 1 for n in sizes]))
+    ptr, pred, grp = [0], [], []
+    for s in range(num):
+        for g, (n, stride) in enumerate(zip(sizes, strides, strict=True)):
+            if s // stride % (n + 1) > 0:
+                pred.append(s - stride)
+                grp.append(g)
+        ptr.append(len(pred))
+    return np.array(ptr, np.int64), np.array(pred, np.int64), np.array(grp, np.int64)
+
+
+class MixedDPPlacer(DPPlacer):
+    """The exact optimum of the ``pipeline`` objective over contiguous splits on devices of several
+    kinds (``dp_mixed``): Tarnawski et al.'s DP over ideals with a device of its own speed, memory
+    and communication (none on a CPU) per stage, searched over every order of the device kinds.
+
+    ``order=best``: the state is the number of devices of each (kind, speed, memory) group used so
+    far, so one pass covers every distinct order of the multiset of kinds (``prod(n_g + 1)``
+    states, not the orders' ``k! / prod(n_g!)``); the stages of a group go to its devices in
+    index order. ``order=given``: stage ``i`` on device ``i`` (the device set's order; a device
+    may stay empty). Same caps and fallback as :class:`DPPlacer`, plus ``max_cells`` (states x
+    ideals: the table's memory). docs/op-placement.md ("dp_mixed").
+
+    Args:
+        order: ``best`` (every order of the kinds) or ``given`` (the devices' order).
+        max_cells: Cap on states x ideals.
+    """
+
+    name = "dp_mixed"
+
+    def __init__(self, max_states: int = 200_000, max_pairs: int = 50_000_000, fallback: Any = None,
+                 order: str = "best", max_cells: int = 20_000_000) -> None:
+        super().__init__(max_states, max_pairs, fallback)
+        if order not in ("best", "given"):
+            raise ConfigError(f"must be best or given, got {order!r}", field="method.order")
+        if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
+            raise ConfigError(f"must be an integer >= 1, got {max_cells!r}", field="method.max_cells")
+        self.order = order
+        self.max_cells = max_cells
+
+    def check(self, objective: BoundObjective) -> None:
+        """Refuse an objective other than ``pipeline`` or links of different speeds (any devices)."""
+        if not isinstance(objective, PipelineObjective):
+            raise ConfigError(f"method dp_mixed optimises the pipeline objective only, not {objective.name!r}",
+                              field="objective")
+        _node_send_time_s(objective, quiet=True)
+
+    def _solve(self, objective: BoundObjective) -> PlacerResult:
+        g, dev = objective.graph, objective.devices
+        send_s, uniform_outputs = _node_send_time_s(objective)
+        if self.order == "given":
+            groups = [[d] for d in range(dev.num_devices)]
+            ptr = np.concatenate([[0], np.arange(dev.num_devices + 1)]).astype(np.int64)
+            pred = np.arange(dev.num_devices, dtype=np.int64)
+            grp = np.arange(dev.num_devices, dtype=np.int64)
+        else:
+            groups = _device_groups(objective)
+            ptr, pred, grp = _transitions([len(x) for x in groups])
+        first = [x[0] for x in groups]
+        time_s = objective.time_s[:, first]  # (N, G)
+        worst = np.where(np.isfinite(time_s), time_s, np.inf).max(axis=1)
+        cg = contract_forward(g, worst, worst)
+        ideals = enumerate_ideals(cg.num_nodes, cg.edges, max_states=self.max_states)
+        m, num_states = len(ideals), len(ptr) - 1
+        if m * num_states > self.max_cells:
+            raise TooManyStates(f"{m:,} downward-closed sets x {num_states:,} device states pass "
+                                f"{self.max_cells:,} cells", field="method.max_cells", info={"dp_states": m})
+        sizes = ideals_popcount(ideals)
+        pairs, _ = _count_pairs(ideals, sizes, self.max_pairs)
+        if pairs > self.max_pairs:
+            raise TooManyStates(f"{m:,} downward-closed sets and more than {self.max_pairs:,} pairs of them",
+                                field="method.max_pairs", info={"dp_states": m})
+        owned = _unpack(ideals, cg.num_nodes)[:, cg.owner]  # (M, N) bool
+        ok = np.isfinite(time_s)
+        grp_t = np.ascontiguousarray((owned @ np.where(ok, time_s, 0.0)).T)
+        grp_bad = np.ascontiguousarray((owned @ (~ok).astype(np.int64)).T)
+        cap = np.array([dev.devices[d].memory_bytes for d in first], float) * (1 + 1e-12)
+        comm = ~dev.is_cpu[first]
+        sig_a, sig_b, sig_cost = _signatures(g, cg, send_s)
+        dp, back_j, back_e = _staged_kernel(ideals, sizes, grp_t, grp_bad, cap, comm, owned @ g.memory_bytes,
+                                            sig_a, sig_b, sig_cost, ptr, pred, grp)
+        s, i = num_states - 1, m - 1
+        best = float(dp[s, i])
+        info: dict[str, Any] = {"dp_states": m, "dp_pairs": int(pairs), "dp_nodes": cg.num_nodes,
+                                "dp_device_states": num_states, "dp_order": self.order,
+                                "optimal": uniform_outputs and math.isfinite(best), "dp_value_s": best,
+                                "lower_bound_s": _max_load_lower_bound(objective)}
+        if info["optimal"]:
+            info["optimal_for"] = ("pipeline objective, among contiguous splits and "
+                                   + ("every order of the device kinds" if self.order == "best"
+                                      else "the devices' order"))
+        if not math.isfinite(best):
+            info["feasible"] = False
+            info["reason"] = "no contiguous split fits the devices' memory"
+            return PlacerResult(np.full(g.num_nodes, first[0], dtype=np.int64), info=info)
+        free = [list(x) for x in groups]  # the last stage of a group takes its last device
+        placement_of_class = np.full(cg.num_nodes, -1, dtype=np.int64)
+        num_trans = len(pred)
+        while i != 0:
+            e, j = int(back_e[s, i]), int(back_j[s, i])
+            if e >= num_trans:  # the device left empty
+                s = int(pred[e - num_trans])
+                free[int(grp[e - num_trans])].pop()
+                continue
+            members = _unpack(ideals[i:i + 1] & ~ideals[j:j + 1], cg.num_nodes)[0]
+            placement_of_class[members] = free[int(grp[e])].pop()
+            s, i = int(pred[e]), j
+        placement = placement_of_class[cg.owner]
+        check = objective.raw_value(placement)
+        if not (math.isclose(check, best, rel_tol=1e-6, abs_tol=1e-12) or (not uniform_outputs and check < best)):
+            raise AssertionError(f"dp_mixed: table value {best!r} differs from the objective's {check!r}")
+        info["gap"] = best / info["lower_bound_s"] - 1 if info["lower_bound_s"] > 0 else 0.0
+        info["parts"] = int(len(np.unique(placement)))
+        return PlacerResult(placement, info=info)
+
+
+def _max_load_lower_bound(objective: BoundObjective) -> float:
+    """A lower bound of any placement's max load: the slowest node at its fastest, and the work
+    ``sum_n min_d t[n, d] s_d`` spread over the total speed ``sum_d s_d`` (``s``: device speeds)."""
+    t = objective.time_s
+    if not t.size:
+        return 0.0
+    speed = np.array([d.speed for d in objective.devices.devices], float)
+    one = float(np.min(t, axis=1).max())
+    work = float(np.min(t * speed, axis=1).sum() / speed.sum())
+    return max(one, work)
