@@ -338,23 +338,15 @@ def graph_to_json(graph: OpGraph, *, notes: str | None = None) -> str:
 def _document(head: dict[str, Any], items_key: str, items: list[Any], edges: list[Any]) -> str:
     """A graph document laid out for diffs and reading: the header keys, then one op (or node)
     and one edge per line."""
-    lines = ["{"]
-    lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    lines.append(f'  "{items_key}": [')
-    lines.append(",\n".join(f"    {json.dumps(item)}" for item in items))
-    lines.append("  ],")
-    lines.append('  "edges": [')
-    lines.append(",\n".join(f"    {json.dumps(edge)}" for edge in edges))
-    lines.append("  ]")
-    lines.append("}")
+    lines = ["{", *(f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()),
+             f'  "{items_key}": [', ",\n".join(f"    {json.dumps(item)}" for item in items), "  ],",
+             '  "edges": [', ",\n".join(f"    {json.dumps(edge)}" for edge in edges), "  ]", "}"]
     return "\n".join(lines) + "\n"
 
 
 def write_json_graph(graph: OpGraph, path: str | Path, *, notes: str | None = None) -> Path:
     """Write ``graph`` to ``path`` atomically in the pacml JSON format; returns the path."""
-    path = Path(path)
-    atomic_write_text(path, graph_to_json(graph, notes=notes))
-    return path
+    return atomic_write_text(path, graph_to_json(graph, notes=notes))
 
 
 # ---------------------------------------------------------------- version 2: computation graphs
@@ -620,6 +612,4 @@ def compute_graph_to_json(graph: ComputeGraph, *, notes: str | None = None) -> s
 
 def write_compute_graph(graph: ComputeGraph, path: str | Path, *, notes: str | None = None) -> Path:
     """Write ``graph`` to ``path`` atomically as a version-2 pacml JSON document; returns the path."""
-    path = Path(path)
-    atomic_write_text(path, compute_graph_to_json(graph, notes=notes))
-    return path
+    return atomic_write_text(path, compute_graph_to_json(graph, notes=notes))
