@@ -169,7 +169,7 @@ class Coarsening:
         first = np.zeros(m, dtype=np.int64)
         first[node[::-1]] = np.arange(g.num_nodes)[::-1]
         times = {k: np.bincount(node, weights=v, minlength=m) for k, v in g.kind_time_s.items()}
-        s, d = (node[g.edges[:, 0]], node[g.edges[:, 1]]) if g.num_edges else (np.zeros(0, np.int64),) * 2
+        s, d = node[g.edges[:, 0]], node[g.edges[:, 1]]
         keep = s != d
         pair = s[keep] * m + d[keep]
         uniq, inv = np.unique(pair, return_inverse=True)

@@ -48,8 +48,7 @@ class HeuristicProblem:
         self.group_time_s = np.zeros((self.num_groups, self.d))
         np.add.at(self.group_time_s, self.group, self.time_s)
         # Transfer time of every edge between every pair of devices: (E, D, D), zero on the diagonal.
-        src, dst = (g.edges[:, 0], g.edges[:, 1]) if g.num_edges else (np.zeros(0, np.int64),) * 2
-        self.src, self.dst = src.astype(np.int64), dst.astype(np.int64)
+        self.src, self.dst = g.edges[:, 0], g.edges[:, 1]
         size = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)
         link = dev.latency_s[None, :, :] + size[:, None, None] / dev.bandwidth_Bps[None, :, :]
         link = np.where(size[:, None, None] > 0, link, 0.0)
@@ -58,7 +57,7 @@ class HeuristicProblem:
         self.edge_time_s = np.where(fixed[:, None, None], cost[:, None, None], link)
         self.edge_time_s[:, np.arange(self.d), np.arange(self.d)] = 0.0
         off = ~np.eye(self.d, dtype=bool)
-        self.mean_edge_time_s = self.edge_time_s[:, off].mean(axis=1) if self.d > 1 else np.zeros(len(src))
+        self.mean_edge_time_s = self.edge_time_s[:, off].mean(axis=1) if self.d > 1 else np.zeros(g.num_edges)
         self.preds: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
         self.succs: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
         for e, (u, v) in enumerate(zip(self.src.tolist(), self.dst.tolist(), strict=True)):
@@ -109,13 +108,13 @@ class HeuristicProblem:
             np.maximum(arrive, finish_s[u] + self.edge_time_s[e, placement[u]], out=arrive)
         return arrive
 
-    def fixed_order_makespan(self, placement: NDArray[np.int64], order_key: NDArray[np.float64]) -> float:
-        """Makespan when each device runs its nodes in ``order_key`` order (a topological order)."""
+    def topo_order_makespan(self, placement: NDArray[np.int64]) -> float:
+        """Makespan when each device runs its nodes in topological order (each phase is in it)."""
         finish = np.zeros(self.n)
         free = np.zeros(self.d)
         floor = 0.0
         for phase in self.phases:
-            for v in sorted(phase, key=lambda x: (order_key[x], self.topo_pos[x])):
+            for v in phase:
                 d = int(placement[v])
                 start = max(free[d], self.arrival_s(v, finish, placement, floor)[d])
                 finish[v] = start + self.time_s[v, d]
@@ -247,7 +246,7 @@ class MTopoPlacer(_BaechiPlacer):
             weight = np.bincount(p.group, weights=p.mean_time_s, minlength=p.num_groups)
         targets = np.flatnonzero(allowed).tolist()
         share = weight.sum() / max(len(targets), 1)
-        limit = np.minimum(share, np.where(np.isinf(p.capacity_bytes), np.inf, p.capacity_bytes))
+        limit = np.minimum(share, p.capacity_bytes)
         group_device = np.full(p.num_groups, -1, dtype=np.int64)
         used = np.zeros(p.d)        # memory, for feasibility
         filled = np.zeros(p.d)      # share weight, for the fill rule
@@ -279,7 +278,7 @@ class MTopoPlacer(_BaechiPlacer):
             used[d] += p.group_memory_bytes[grp]
             filled[d] += weight[grp]
         placement = group_device[p.group]
-        own = p.fixed_order_makespan(placement, p.topo_pos.astype(np.float64))
+        own = p.topo_order_makespan(placement)
         return _finish(p, objective, group_device, {"memory_fallback_groups": fallback}, own)
 
 

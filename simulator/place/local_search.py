@@ -209,7 +209,7 @@ class IncrementalPipeline:
         members = np.concatenate(g.group_members) if n else np.zeros(0, np.int64)
         self.mem_ptr = np.concatenate([[0], np.cumsum([len(m) for m in g.group_members])]).astype(np.int64)
         self.members = members.astype(np.int64)
-        src, dst = (g.edges[:, 0], g.edges[:, 1]) if g.num_edges else (np.zeros(0, np.int64),) * 2
+        src, dst = g.edges[:, 0], g.edges[:, 1]
         order = np.argsort(dst, kind="stable")
         self.pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))]).astype(np.int64)
         self.preds = src[order].astype(np.int64)
