@@ -113,8 +113,7 @@ class _Builder:
         # A separate stream, so that the GPU graph of a seed is the same with and without cpu=True.
         rng = np.random.default_rng(self.rng.integers(2**63))
         kinds = np.asarray(self.kinds)
-        low = np.array([_CPU_SLOWDOWN.get(k, _CPU_SLOWDOWN[_ELEMENTWISE])[0] for k in kinds])
-        high = np.array([_CPU_SLOWDOWN.get(k, _CPU_SLOWDOWN[_ELEMENTWISE])[1] for k in kinds])
+        low, high = np.array([_CPU_SLOWDOWN.get(k, _CPU_SLOWDOWN[_ELEMENTWISE]) for k in kinds]).T
         cpu = fwd * np.exp(rng.uniform(np.log(low), np.log(high)))
         unsupported = (kinds == _COMPUTE) & (rng.random(len(kinds)) < _CPU_UNSUPPORTED_SHARE)
         unsupported |= kinds == "attention"  # attention kernels: accelerator only
