@@ -219,7 +219,6 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
         bad = next((o for o in overrides if _unparsable(o)), None)
         fail(cmd.prog, f"cannot parse override {bad!r}: {one_line(str(exc).split('See https')[0])}"
              if bad else f"cannot parse the overrides: {one_line(str(exc).split('See https')[0])}")
-    variants: list[list[str]] = []
     base: list[str] = []
     sweeps: list[tuple[int, list[str]]] = []
     for override, text in zip(parsed, overrides, strict=True):
@@ -237,10 +236,8 @@ def preflight(cmd: HydraCommand, argv: Sequence[str]) -> DictConfig | None:
         sweeps.append((len(base), [f"{prefix}={v}" for v in values] or [text]))
         base.append(sweeps[-1][1][0])
     _check_target_with_policy_sweep(cmd.prog, parsed, overrides)
-    variants.append(base)
-    for pos, values in sweeps:
-        for value in values[1:]:
-            variants.append([*base[:pos], value, *base[pos + 1:]])
+    variants = [base, *([*base[:pos], value, *base[pos + 1:]]
+                        for pos, values in sweeps for value in values[1:])]
     composer = Composer(cmd, args)
     checked = [check_overrides(cmd, composer, variant) for variant in variants[:64]]
     return checked[0]

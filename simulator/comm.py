@@ -94,14 +94,8 @@ class RampCommModel:
 
     def collective_s(self, group_bytes: NDArray[np.float64], num_cgs: NDArray[np.int64],
                      num_racks: NDArray[np.int64], num_nodes: NDArray[np.int64]) -> NDArray[np.float64]:
-        """All-reduce time of each collective (spec §6.3), given what each group touches.
-
-        Args:
-            group_bytes: Total bytes ``M`` of each collective.
-            num_cgs: Distinct communication groups touched.
-            num_racks: Distinct racks touched (see ``rack_index_only``).
-            num_nodes: Distinct server-in-rack indices touched.
-        """
+        """All-reduce time of each collective (spec §6.3) of ``group_bytes`` bytes, given the distinct
+        communication groups, racks (see ``rack_index_only``) and in-rack indices it touches."""
         x = self.topology.num_comm_groups
         data_rate = self.topology.channel_bandwidth_Bps
         per_tx = data_rate / x if self.double_bandwidth_division else data_rate

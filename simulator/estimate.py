@@ -43,16 +43,8 @@ PER_SERVER_MEMORY_BYTES = 500.0
 
 @dataclass(frozen=True)
 class RunEstimate:
-    """What one episode is expected to cost.
-
-    Attributes:
-        arrivals: About how many jobs arrive (``None``: unknown, e.g. a trace replay).
-        per_job_s: Wall seconds per decision.
-        wall_s: Wall seconds of the episode (``None`` when ``arrivals`` is unknown).
-        memory_bytes: Peak memory.
-        num_servers: Servers of the cluster.
-        policy: The policy class the estimate assumed.
-    """
+    """What one episode is expected to cost: wall seconds per decision and in all (``None`` with
+    ``arrivals`` unknown, e.g. a trace replay), peak memory, for the policy class assumed."""
 
     arrivals: float | None
     per_job_s: float

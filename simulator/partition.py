@@ -99,17 +99,9 @@ def _pairs(n: int) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int
 
 @dataclass(frozen=True, eq=False)
 class _SplitGraph:
-    """The sub-ops of a training graph split at one degree, shared by both partition forms.
-
-    Sub-ops of training op ``j`` are ``offset[j] .. offset[j+1]-1``; ``sub_origin`` is the
-    training op of each sub-op.
-
-    Attributes:
-        graph: The training graph.
-        degree: The partition degree.
-        splits: Split count of each forward op.
-        edge_sizing: How dependency sizes were set (see :data:`EdgeSizing`).
-    """
+    """The sub-ops of ``graph`` split at ``degree`` (``splits``: per forward op), shared by both
+    partition forms: sub-ops of training op ``j`` are ``offset[j] .. offset[j+1]-1``, and
+    ``sub_origin`` is the training op of each sub-op."""
 
     graph: TrainingGraph
     degree: int

@@ -60,11 +60,6 @@ def time_unit(cfg: DictConfig | dict[str, Any]) -> str:
     return f"simulated s (a profile ms read as {unit_s:g} s)"
 
 
-def per_time_unit(unit: str) -> str:
-    """Bytes per ``unit`` (:func:`time_unit`): ``"B/s"`` or ``"B per profile time unit"``."""
-    return "B per profile time unit" if unit == PROFILE_TIME_UNITS else "B/s"
-
-
 #: Overrides the run's log line already names (``policy._target_`` as the policy's name).
 _LINE_KEYS = ("scenario", "policy", "beta", "seed", "policy._target_")
 
@@ -152,9 +147,10 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     def body() -> None:
         s = run_config(cfg, out, choices)
+        per_unit = "B per profile time unit" if time_unit(cfg) == PROFILE_TIME_UNITS else "B/s"
         log.info("%s | %s | blocking %.4f, throughput %.4g %s, %d jobs in %.2f s wall -> %s",
                  choices.get("scenario", "-"), named, s["blocking_rate"], s["demand_throughput_Bps"],
-                 per_time_unit(time_unit(cfg)), s["num_jobs_arrived"], s["wall_time_s"], out)
+                 per_unit, s["num_jobs_arrived"], s["wall_time_s"], out)
 
     report_user_errors(PROG, body)
 

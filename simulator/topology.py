@@ -220,12 +220,8 @@ class RampTopology:
         ``p`` is a square that fits, ``(p, 1, q)`` and ``(p, q, 1)`` when ``p <= C, R``; then, when
         ``n <= C, R``, ``(n, n, -1)`` and ``(n, 1, 1)``. Duplicates are dropped.
         """
-        found = self._shapes.get(n)
-        if found is None:
-            found = self._shapes[n] = self._make_block_shapes(n)
-        return found
-
-    def _make_block_shapes(self, n: int) -> tuple[Shape, ...]:
+        if n in self._shapes:
+            return self._shapes[n]
         C, R, S = self.shape
         small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
         divisors = small + [n // i for i in reversed(small) if n // i != i]
@@ -241,7 +237,8 @@ class RampTopology:
                 shapes += [(p, 1, q), (p, q, 1)]
         if shapes and n <= C and n <= R:
             shapes += [(n, n, -1), (n, 1, 1)]
-        return tuple(dict.fromkeys(shapes))
+        found = self._shapes[n] = tuple(dict.fromkeys(shapes))
+        return found
 
     def origin_ranges(self, shape: Shape) -> tuple[int, int, int]:
         """How many origins ``(i, j, k)`` a shape has along each axis (blocks never wrap around)."""
