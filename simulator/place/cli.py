@@ -110,10 +110,6 @@ def _preset(name: str) -> dict[str, Any]:
     return data
 
 
-def _has_own_devices(graph: ComputeGraph) -> bool:
-    return "max_accelerators" in graph.meta and "accelerator_memory_bytes" in graph.meta
-
-
 def build_devices(node: Any, graph: ComputeGraph) -> DeviceSet:
     """The device set ``devices`` describes for ``graph``; a ConfigError names the key at fault."""
     data = _plain(node, "devices")
@@ -126,7 +122,7 @@ def build_devices(node: Any, graph: ComputeGraph) -> DeviceSet:
         extra = sorted(set(data) - {"source"})
         if extra:
             raise ConfigError(f"devices={source} takes no keys", field=f"devices.{extra[0]}")
-        if _has_own_devices(graph):
+        if "max_accelerators" in graph.meta and "accelerator_memory_bytes" in graph.meta:
             return DeviceSet.for_dnn_partitioning(graph.meta)
         if source == "file":
             raise ConfigError(f"graph {graph.name!r} brings no device set (only dnn-partitioning files do): "

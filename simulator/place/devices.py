@@ -107,11 +107,6 @@ class DeviceSet:
         return tuple(dev.name for dev in self.devices)
 
     @property
-    def kinds(self) -> tuple[str, ...]:
-        """Device kinds in index order."""
-        return tuple(dev.kind for dev in self.devices)
-
-    @property
     def memory_bytes(self) -> NDArray[np.float64]:
         """Memory capacity of each device."""
         return np.array([dev.memory_bytes for dev in self.devices], dtype=np.float64)

@@ -82,12 +82,6 @@ def stack_op_graph(graph: OpGraph, copies: int, *, name: str | None = None) -> O
         loss_index=(copies - 1) * n + graph.loss_index, source=graph.source, time_unit_s=graph.time_unit_s)
 
 
-def stacked_graph(model: str, copies: int) -> ComputeGraph:
-    """A shipped PipeDream model stacked ``copies`` times, as a training graph (module docstring)."""
-    tg = _training_graph(model)
-    return ComputeGraph.from_training_graph(TrainingGraph(stack_op_graph(tg.forward, copies)))
-
-
 def transformer_op_graph(layers: int, *, heads: int = TRANSFORMER_HEADS) -> OpGraph:
     """The forward graph of ``layers`` transformer layers, one node per head's q, k, v and attention.
 

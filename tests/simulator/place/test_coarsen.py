@@ -21,7 +21,6 @@ from simulator.place.large import (
     big_graph,
     is_big_graph_name,
     partitioned_graph,
-    stacked_graph,
     transformer_graph,
 )
 from simulator.place.objectives import bind_objective
@@ -114,7 +113,7 @@ def test_big_graph_builders_give_the_promised_sizes_and_dags() -> None:
     assert big_graph("transformer350").num_nodes >= 50_000  # built in well under a second
     p = partitioned_graph("squeezenet1_0", 4)
     assert p.num_groups * 2 == p.num_nodes and p.num_nodes > 2 * 39
-    s = stacked_graph("gnmt", 3)
+    s = big_graph("gnmt_stack3")
     assert s.num_nodes == 3 * load_compute_graph("gnmt").num_nodes
     for g in (t, p, s):
         assert len(g.topological_order) == g.num_nodes  # a DAG

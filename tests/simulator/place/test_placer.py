@@ -81,7 +81,7 @@ def test_dnn_partitioning_reader_units_kinds_and_groups() -> None:
     assert g.kind_time_s["cpu"].tolist() == [10e-3, 20e-3]
     assert g.edge_cost_s.tolist() == [0.5e-3] and g.num_groups == 2
     devices = DeviceSet.for_dnn_partitioning(g.meta)
-    assert devices.kinds == ("cpu", "accelerator", "accelerator")
+    assert [d.kind for d in devices.devices] == ["cpu", "accelerator", "accelerator"]
     objective = bind_objective("pipeline", g, devices)
     # Node 1 on acc0 sends once (0.5); the CPU pays no communication.
     assert objective.value(np.array([1, 0])) * 1e3 == pytest.approx(max(1.0 + 0.5, 20.0))
@@ -127,7 +127,7 @@ def test_presets_build_and_simple_placers_keep_groups_whole(preset: str) -> None
         assert result.evaluations >= 1 or placer.name != "single"
     # The single fastest device is a GPU, never the 10x slower CPU.
     single = SingleDevicePlacer().place(objective).placement
-    assert devices.kinds[single[0]] != "cpu"
+    assert devices.devices[single[0]].kind != "cpu"
 
 
 @pytest.mark.parametrize(("cfg", "field"), [
