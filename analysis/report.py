@@ -492,14 +492,13 @@ def placement_table(runs: pd.DataFrame) -> pd.DataFrame:
                     method_wall_s=("method_wall_s", "mean"), evaluations=("evaluations", "mean"))
                .reset_index())
     grouped["single_ms"] = grouped["single_ms"] * 1e3
-    grouped["speedup_vs_single"] = grouped["single_ms"] / grouped["value_ms"]
+    finite = grouped["value_ms"].map(math.isfinite)  # an infeasible placement has no speed-up
+    grouped["speedup_vs_single"] = (grouped["single_ms"] / grouped["value_ms"]).where(finite)
     methods = list(dict.fromkeys(runs["method"]))
     for other in methods:
         values = grouped[grouped["method"] == other].set_index(PLACEMENT_KEYS)["value_ms"]
         theirs = [values.get(tuple(key), math.nan) for key in grouped[PLACEMENT_KEYS].itertuples(index=False)]
         grouped[f"vs_{other}"] = pd.Series(theirs, dtype=float) / grouped["value_ms"]
-    finite = grouped["speedup_vs_single"].where(grouped["value_ms"].map(math.isfinite))
-    grouped["speedup_vs_single"] = finite
     return grouped
 
 
