@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.allocation.first_fit import FirstFitAllocator, Placement
+from simulator.allocation.first_fit import FirstFitAllocator, Placement, put_bounded
 from simulator.errors import ConfigError
 from simulator.step_model import StepModel, StepResult
 from simulator.topology import Block, RampTopology, Shape
@@ -100,9 +100,7 @@ class Feasibility:
             placement = self.placer.place(graph, degree, occupied_mask)
             found = (None if placement is None
                      else (placement.mask, self.step_model.step(graph, degree, placement).step_time_s))
-            if len(self._placed_steps) >= self.PLACED_STEP_ENTRIES:
-                self._placed_steps.clear()
-            self._placed_steps[key] = found
+            put_bounded(self._placed_steps, key, found, self.PLACED_STEP_ENTRIES)
         return found
 
     def max_placeable_degree(self, num_free_servers: int) -> int:
@@ -145,9 +143,7 @@ class Feasibility:
                     step_s = self.block_step_s(graph, degree, block, occupied_mask)
                     assert placement is not None and step_s is not None
                     chosen = (placement.mask, step_s)
-                if len(self._chosen_steps) >= self._chosen_entries:
-                    self._chosen_steps.clear()
-                self._chosen_steps[key] = chosen
+                put_bounded(self._chosen_steps, key, chosen, self._chosen_entries)
             return chosen
 
         for d in min_feasible_order(self.topology.degrees, limit, min_degree):
@@ -223,9 +219,7 @@ class Feasibility:
         if found is None:
             kinds = self._kind_list
             found = (block.shape, tuple([kinds[s] for s in block.servers]))
-            if len(self._block_classes) >= self.PLACED_STEP_ENTRIES:
-                self._block_classes.clear()
-            self._block_classes[where] = found
+            put_bounded(self._block_classes, where, found, self.PLACED_STEP_ENTRIES)
         return found
 
     def block_step_s(self, graph: TrainingGraph, degree: int, block: Block, occupied_mask: int) -> float | None:
@@ -240,9 +234,7 @@ class Feasibility:
         placement = self.placer.place(graph, degree, occupied_mask, block)
         step_s = None if placement is None else self.step_model.step(graph, degree, placement).step_time_s
         if key is not None:
-            if len(self._class_steps) >= self.PLACED_STEP_ENTRIES:
-                self._class_steps.clear()
-            self._class_steps[key] = step_s
+            put_bounded(self._class_steps, key, step_s, self.PLACED_STEP_ENTRIES)
         return step_s
 
     def first_block_meeting(self, graph: TrainingGraph, degree: int, occupied_mask: int,

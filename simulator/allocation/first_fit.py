@@ -148,6 +148,13 @@ def block_region(block: Block) -> Region:
     return (c, c + x, r, r + x, k, k + 1) if z == -1 else (c, c + x, r, r + y, k, k + z)
 
 
+def put_bounded(cache: dict, key: Any, value: Any, max_entries: int) -> None:
+    """``cache[key] = value``, clearing ``cache`` first when it holds ``max_entries`` (bounded memory)."""
+    if len(cache) >= max_entries:
+        cache.clear()
+    cache[key] = value
+
+
 class _BoundedCache(dict):
     """A dict bounded by entries and by an estimate of its bytes: an insert that would cross
     either bound clears it first."""
@@ -303,9 +310,8 @@ class FirstFitAllocator:
             result = self.op_placer.refine(graph, degree, result, job_block.servers)
         if result is not None and job_block is not None and not self.partitioner.split_ops:
             result = self._hold_block(result, job_block)
-        if len(self._cache) >= min(self._occupancy_entries, self.MAX_CACHE_BYTES // (self._mask_bytes + 1024)):
-            self._cache.clear()  # bounded memory over long training runs
-        self._cache[key] = result
+        put_bounded(self._cache, key, result,
+                    min(self._occupancy_entries, self.MAX_CACHE_BYTES // (self._mask_bytes + 1024)))
         return result
 
     def _note_occupancy_lookup(self, hit: bool) -> None:

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from simulator.allocation.first_fit import Placement, placement_signature
+from simulator.allocation.first_fit import Placement, placement_signature, put_bounded
 from simulator.allocation.free_blocks import FreeBlockIndex
 from simulator.config import instantiate_checked
 from simulator.errors import ConfigError, one_line
@@ -147,9 +147,7 @@ class BlockOpPlacer:
         found = self._cache.get(key)
         if found is None:
             found = self._run(jg, block_servers, ff_local)
-            if len(self._cache) >= self.MAX_CACHE_ENTRIES:
-                self._cache.clear()
-            self._cache[key] = found
+            put_bounded(self._cache, key, found, self.MAX_CACHE_ENTRIES)
         else:
             self.cache_hits += 1
         op_servers = tuple(tuple(block_servers[d] for d in devs) for devs in found)
@@ -227,9 +225,7 @@ class BlockOpPlacer:
             local = {s: i for i, s in enumerate(block_servers)}
             inside = sum(1 << s for s in block_servers)  # searched, not filtered from every block
             found = tuple(tuple(local[s] for s in b.servers) for b in FreeBlockIndex(self.topology, inside).blocks(n))
-            if len(self._sub_blocks) >= self.MAX_CACHE_ENTRIES:
-                self._sub_blocks.clear()
-            self._sub_blocks[key] = found
+            put_bounded(self._sub_blocks, key, found, self.MAX_CACHE_ENTRIES)
         return found
 
     @staticmethod
