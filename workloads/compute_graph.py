@@ -173,8 +173,7 @@ class ComputeGraph:
         nodes = np.asarray(nodes, dtype=np.int64)
         index = np.full(self.num_nodes, -1, dtype=np.int64)
         index[nodes] = np.arange(len(nodes))
-        ekeep = (index[self.edges[:, 0]] >= 0) & (index[self.edges[:, 1]] >= 0) if self.num_edges else \
-            np.zeros(0, dtype=bool)
+        ekeep = (index[self.edges[:, 0]] >= 0) & (index[self.edges[:, 1]] >= 0)
         _, group = np.unique(self.group[nodes], return_inverse=True)
         return ComputeGraph(
             name=name or self.name, node_names=tuple(self.node_names[i] for i in nodes.tolist()),
@@ -202,8 +201,7 @@ class ComputeGraph:
         names = tuple(f.op_ids) + tuple(f"{op}/backward" for op in f.op_ids)
         act = np.asarray(f.activation_bytes)
         edges = np.asarray(graph.edges)
-        carried = np.where(edges[:, 0] >= n, act[edges[:, 1] % n], act[edges[:, 0] % n]) if len(edges) else \
-            np.zeros(0)
+        carried = np.where(edges[:, 0] >= n, act[edges[:, 1] % n], act[edges[:, 0] % n])
         return cls(
             name=graph.name, node_names=names,
             kind_time_s={GPU_KIND: np.asarray(graph.compute_time_s) * unit},

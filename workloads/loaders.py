@@ -194,8 +194,7 @@ def op_graph_from_compute_graph(graph: ComputeGraph) -> OpGraph:
     backward_s = group_backward_s[g] * share
     position = np.full(graph.num_nodes, -1, dtype=np.int64)
     position[forward] = np.arange(len(forward))
-    keep = ~graph.is_backward[graph.edges[:, 0]] & ~graph.is_backward[graph.edges[:, 1]] if graph.num_edges \
-        else np.zeros(0, dtype=bool)
+    keep = ~graph.is_backward[graph.edges[:, 0]] & ~graph.is_backward[graph.edges[:, 1]]
     edges = position[graph.edges[keep]].reshape(-1, 2)
     activation = np.zeros(len(forward))
     sizes = np.nan_to_num(graph.edge_bytes[keep], nan=0.0)
