@@ -12,11 +12,7 @@ from simulator.topology import RampTopology
 
 
 class Cluster:
-    """Which job holds each server. One job per server (RAMP rule 1), enforced.
-
-    Args:
-        topology: The cluster.
-    """
+    """Which job holds each server. One job per server (RAMP rule 1), enforced."""
 
     def __init__(self, topology: RampTopology) -> None:
         self.topology = topology

@@ -65,7 +65,6 @@ class RampCommModel:
     """Transfer and collective times on a :class:`RampTopology` (vectorised over groups).
 
     Args:
-        topology: The cluster.
         double_bandwidth_division: Reproduce quirk §15.2 (see module docstring).
         rack_index_only: Reproduce quirk §15.3.
     """

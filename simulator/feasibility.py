@@ -57,7 +57,6 @@ class Feasibility:
     """Builds :class:`FeasibilityTable` s from a placer and a step model.
 
     Args:
-        topology: The cluster.
         placer: The op placer.
         step_model: The lookahead.
         hetero_block_search: ``sim.hetero_block_search`` (ignored on a cluster of one kind).

@@ -289,11 +289,8 @@ class CsvStreamSink:
 
 
 def write_run_files(out_dir: str | Path, records: Sequence[JobRecord] | None, summary: dict[str, Any]) -> None:
-    """Write ``jobs.csv`` and ``summary.json`` into ``out_dir`` atomically (summary last).
-
-    ``records=None`` writes only ``summary.json`` (a :class:`CsvStreamSink` already wrote
-    ``jobs.csv``).
-    """
+    """Write ``jobs.csv`` (unless ``records`` is ``None``: a :class:`CsvStreamSink` wrote it) and
+    then ``summary.json`` into ``out_dir``, atomically."""
     out = Path(out_dir)
     if records is not None:
         atomic_write_text(out / "jobs.csv", records_to_csv(records))

@@ -126,9 +126,7 @@ class Simulation:
         self.env = _CountingEnvironment()
         self.cluster = Cluster(self.topology)
         self.sink: RecordSink = MemorySink() if sink is None else sink
-        self.totals = SummaryAccumulator(horizon_s)
-        """Running totals of every record so far (the summary; the window is the horizon, or
-        the end time when there is none)."""
+        self.totals = SummaryAccumulator(horizon_s)  # running totals of every record (the summary)
         self._jobs: Iterator[JobSpec] = workload.jobs(seed)
         self._pending: _Pending | None = None
         self._upcoming: JobSpec | None = None
@@ -142,8 +140,7 @@ class Simulation:
         self._finalized = False
         # (end time, server mask) of running jobs, sorted: ClusterState.running without a sort.
         self._running_sorted: list[tuple[float, int]] = []
-        # (end time, mask, servers) of the same jobs in the same order: ClusterState.releases
-        # without counting the bits of a mask per job per decision (8 KB masks on 65,536 servers).
+        # (end time, mask, servers) of the same jobs: ClusterState.releases without bit counts.
         self._releases_sorted: list[tuple[float, int, int]] = []
         self._live_state: weakref.ref[ClusterState] | None = None  # last state, while its running is lazy
         self._wall_start = time.perf_counter()

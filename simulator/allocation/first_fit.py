@@ -187,7 +187,6 @@ class FirstFitAllocator:
     by entries and by an estimate of its bytes.
 
     Args:
-        topology: The cluster.
         partitioner: Gives the per-op split counts.
         mode: ``op_first_fit`` (paper) or ``block`` (see module docstring).
         op_placer: In ``block`` mode, moves the ops inside the job's block after first fit

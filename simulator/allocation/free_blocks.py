@@ -113,7 +113,6 @@ class FreeBlockIndex:
     """The free blocks of one occupancy (a mask of allowed servers), searched per shape.
 
     Args:
-        topology: The cluster.
         allowed_mask: Bitmask of the servers a block may use (free of other jobs).
         region: Restrict the search to this sub-box of the grid (``None``: the whole cluster).
     """

@@ -100,7 +100,6 @@ class BlockOpPlacer:
     Args:
         name: The ``sim.op_placer`` value (for logs and the summary).
         placer: Any object with ``place(objective, *, seed) -> PlacerResult``.
-        topology: The cluster.
         partitioner: The simulator's partitioner (same split counts as first fit).
         seed: Seed passed to the placer (placements are deterministic for a seed).
     """
