@@ -6,6 +6,7 @@ docs/op-placement.md ("Coarsening").
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -399,31 +400,24 @@ class CoarsenedPlacer:
         """Coarsen ``objective.graph``, place the clusters, refine; the result is a fine placement."""
         g = objective.graph
         c = coarsen(g, self.max_groups, method=self.method, seed=seed, width=self.width)
-        view = "full"
         t0 = time.perf_counter()
+        small = None
         if self.contract and c.acyclic and c.num_clusters < g.num_groups:
-            try:
+            with contextlib.suppress(ValueError):  # a cycle through forward/backward joins: the full graph
                 small, node = c.contracted()
-                view = "contracted"
-            except ValueError:  # a cycle through forward/backward joins: place the full coarse graph
-                small = None
-        if view == "contracted":
-            inner_obj = bind_objective(objective.name, small, objective.devices)
-            res = self.inner.place(inner_obj, seed=seed)
-            cnode = np.asarray(res.placement, dtype=np.int64)
+        view = "full" if small is None else "contracted"
+        inner_obj = bind_objective(objective.name, c.graph if small is None else small, objective.devices)
+        res = self.inner.place(inner_obj, seed=seed)
+        placement = np.asarray(res.placement, dtype=np.int64)
+        if small is not None:
             # A contracted node per cluster and pass; a cluster's passes share one group, so one device.
-            cluster_of_cnode = c.graph.group[np.unique(node, return_index=True)[1]]
             cluster_device = np.empty(c.num_clusters, dtype=np.int64)
-            cluster_device[cluster_of_cnode] = cnode
+            cluster_device[c.graph.group[np.unique(node, return_index=True)[1]]] = placement
             placement = cluster_device[c.graph.group]
-        else:
-            inner_obj = bind_objective(objective.name, c.graph, objective.devices)
-            res = self.inner.place(inner_obj, seed=seed)
-            placement = np.asarray(res.placement, dtype=np.int64)
         inner_s = time.perf_counter() - t0
         objective.evaluations += inner_obj.evaluations  # the inner placer's evaluations count too
         # Fine groups are inside clusters, so a placer that keeps clusters whole keeps groups whole.
-        group_device = placement[[int(m[0]) for m in g.group_members]] if g.num_groups else np.zeros(0, np.int64)
+        group_device = placement[[int(m[0]) for m in g.group_members]]
         t1 = time.perf_counter()
         coarse_value = objective.value_groups(group_device)
         refined_value, used, movable = coarse_value, 1, np.zeros(0, dtype=np.int64)

@@ -60,7 +60,10 @@ def pipeline_node_costs(objective: BoundObjective) -> NodeCosts:
     src, dst = g.edges[:, 0], g.edges[:, 1]
     cross = g.group[src] != g.group[dst]
     e = g.num_edges
-    times = np.stack([_edge_times(objective, a, b, e) for a in range(d) for b in range(d) if a != b], axis=1)
+    # Time of every edge with its source on device a and its destination on b.
+    times = np.stack([np.where(objective.has_fixed, objective.fixed_cost,
+                               dev.transfer_time_s(np.full(e, a), np.full(e, b), objective.edge_bytes))
+                      for a in range(d) for b in range(d) if a != b], axis=1)
     times = times[cross]
     s = src[cross]
     cost[:] = np.inf
@@ -70,12 +73,6 @@ def pipeline_node_costs(objective: BoundObjective) -> NodeCosts:
     cost[np.isinf(cost)] = 0.0
     exact = bool(np.allclose(top, cost, rtol=1e-12, atol=0.0))
     return NodeCosts(cost, exact)
-
-
-def _edge_times(objective: BoundObjective, a: int, b: int, e: int) -> NDArray[np.float64]:
-    """Time of every edge if its source were on device ``a`` and its destination on ``b``."""
-    t = objective.devices.transfer_time_s(np.full(e, a), np.full(e, b), objective.edge_bytes)
-    return np.where(objective.has_fixed, objective.fixed_cost, t)
 
 
 # ---------------------------------------------------------------------- compiled kernel
@@ -295,8 +292,7 @@ def best_simple_start(objective: BoundObjective, *, budget: int = -1) -> SimpleS
             break
         result = placer.place(objective)
         gdev = np.asarray(result.placement, dtype=np.int64)[[int(m[0]) for m in g.group_members]]
-        value = result.info.get("objective_s")  # the heuristic priced it already (one evaluation)
-        offer(placer.name, gdev, float(value) if value is not None else objective.value_groups(gdev))
+        offer(placer.name, gdev, float(result.info["objective_s"]))  # priced by the heuristic already
     assert best is not None
     return SimpleStart(best[2], best[0], best[1], values)
 
