@@ -48,10 +48,9 @@ def read_split(path: str | Path, objective: BoundObjective) -> NDArray[np.int64]
         raise WorkloadError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
     if not isinstance(document, dict) or not ({"cpus", "fpgas"} & set(document)):
         raise WorkloadError("expected a JSON object with 'cpus' and 'fpgas' lists of {\"nodes\": [ids]}", path=path)
-    ids = g.meta.get("node_ids")
     # Node ids: the file's own ids for dnn-partitioning graphs, else the node names.
-    index: dict[Any, int] = {nid: i for i, nid in enumerate(ids)} if ids is not None else \
-        {name: i for i, name in enumerate(g.node_names)}
+    ids = list(g.meta.get("node_ids") or g.node_names)
+    index: dict[Any, int] = {nid: i for i, nid in enumerate(ids)}
     cpus = [i for i, d in enumerate(dev.devices) if d.kind == CPU_KIND]
     accs = [i for i, d in enumerate(dev.devices) if d.kind != CPU_KIND]
     placement = np.full(g.num_nodes, -1, dtype=np.int64)
@@ -79,18 +78,13 @@ def read_split(path: str | Path, objective: BoundObjective) -> NDArray[np.int64]
         placed = np.unique(placement[members][placement[members] >= 0])
         if len(placed) > 1:
             names = [dev.names[d] for d in placed.tolist()]
-            raise WorkloadError(f"group {group} (node {_node_id(g, int(members[0]))!r} and others) is split "
+            raise WorkloadError(f"group {group} (node {ids[members[0]]!r} and others) is split "
                                 f"across {', '.join(names)}; a group is placed whole", path=path)
         if len(placed) == 0:
-            raise WorkloadError(f"node id {_node_id(g, int(members[0]))!r} is not placed and nothing in its "
+            raise WorkloadError(f"node id {ids[members[0]]!r} is not placed and nothing in its "
                                 "group is", path=path)
         placement[members] = placed[0]
     return placement
-
-
-def _node_id(graph, i: int) -> Any:
-    ids = graph.meta.get("node_ids")
-    return ids[i] if ids is not None else graph.node_names[i]
 
 
 def layer_order(graph) -> list[int]:
@@ -109,14 +103,8 @@ def layer_order(graph) -> list[int]:
     for v in reversed(topo):
         if out[v]:
             hops[v] = 1 + max(hops[w] for w in out[v])
-    order: list[int] = []
-    seen = np.zeros(graph.num_groups, dtype=bool)
-    for v in sorted(topo, key=lambda v: (bool(graph.is_backward[v]), -hops[v], position[v])):
-        k = int(graph.group[v])
-        if not seen[k]:
-            seen[k] = True
-            order.append(k)
-    return order
+    by_layer = sorted(topo, key=lambda v: (bool(graph.is_backward[v]), -hops[v], position[v]))
+    return list(dict.fromkeys(int(graph.group[v]) for v in by_layer))
 
 
 def contiguous_layers(objective: BoundObjective) -> tuple[NDArray[np.int64], dict[str, Any]]:

@@ -284,11 +284,7 @@ class MTopoPlacer(_BaechiPlacer):
 
 def _group_order(p: HeuristicProblem) -> list[int]:
     """Groups in the order their first node appears in the phases' topological orders."""
-    seen: dict[int, None] = {}
-    for phase in p.phases:
-        for v in phase:
-            seen.setdefault(int(p.group[v]), None)
-    return list(seen)
+    return list(dict.fromkeys(int(p.group[v]) for phase in p.phases for v in phase))
 
 
 def _etf(p: HeuristicProblem, allowed: NDArray[np.bool_],
