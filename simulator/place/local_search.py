@@ -497,8 +497,7 @@ class AnnealPlacer:
         gdev = np.argmin(gtime, axis=1).astype(np.int64)
         left = cap.astype(np.float64).copy()
         for k in np.argsort(-group_mem, kind="stable").tolist():
-            order = np.argsort(gtime[k], kind="stable")
-            for dv in order.tolist():
+            for dv in np.argsort(gtime[k], kind="stable").tolist():
                 if math.isfinite(gtime[k, dv]) and group_mem[k] <= left[dv] * (1 + 1e-12):
                     gdev[k] = dv
                     left[dv] -= group_mem[k]

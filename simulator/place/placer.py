@@ -1,11 +1,8 @@
-"""The op-placer plug-in interface and the simplest baselines.
+"""The op-placer plug-in interface, its shared helpers and the simplest baselines.
 
-A placer is any object with ``place(objective, *, seed) -> PlacerResult``; build it with
-``hydra.utils.instantiate`` from ``conf/method/<name>.yaml``. It reads the graph and devices
-from the bound objective (``objective.graph``, ``objective.devices``), may call
-``objective.value`` as often as its budget allows (each call is one evaluation), and returns one
-device per node. Placers keep a group (an op and its backward mirror; a colour class) on one
-device: :func:`expand_groups` turns a per-group assignment into a per-node placement.
+A placer is any object with ``place(objective, *, seed) -> PlacerResult`` (built from
+``conf/method/<name>.yaml``); each ``objective.value`` call is one evaluation, and a group (an op
+and its backward mirror; a colour class) stays on one device (:func:`expand_groups`).
 """
 
 from __future__ import annotations
