@@ -28,7 +28,6 @@ class HeuristicProblem:
 
     def __init__(self, objective: BoundObjective) -> None:
         g, dev = objective.graph, objective.devices
-        self.objective = objective
         self.n, self.d, self.num_groups = g.num_nodes, dev.num_devices, g.num_groups
         self.time_s = np.asarray(objective.time_s, dtype=np.float64)
         self.group = np.asarray(g.group, dtype=np.int64)
@@ -124,8 +123,8 @@ class HeuristicProblem:
         return floor
 
 
-def _finish(problem: HeuristicProblem, objective: BoundObjective, group_device: NDArray[np.int64],
-            info: dict[str, Any], own_makespan_s: float | None) -> PlacerResult:
+def _finish(objective: BoundObjective, group_device: NDArray[np.int64], info: dict[str, Any],
+            own_makespan_s: float | None) -> PlacerResult:
     """Price a per-group assignment with the objective and fill in the shared ``info`` keys."""
     placement = expand_groups(objective, group_device)
     value = objective.value(placement)
@@ -201,7 +200,7 @@ class HeftPlacer(_Heuristic):
                 bisect.insort(busy[d], (start, eft))
             floor = max(floor, float(finish[phase].max())) if phase else floor
             busy = [[(-math.inf, floor)] for _ in range(p.d)]
-        return _finish(p, objective, group_device, {"memory_fallback_groups": fallback}, floor)
+        return _finish(objective, group_device, {"memory_fallback_groups": fallback}, floor)
 
     def _slot(self, intervals: list[tuple[float, float]], ready_s: float, dur_s: float) -> float:
         """Earliest start >= ``ready_s`` of a gap of ``dur_s`` (after the last interval without insertion)."""
@@ -279,7 +278,7 @@ class MTopoPlacer(_BaechiPlacer):
             filled[d] += weight[grp]
         placement = group_device[p.group]
         own = p.topo_order_makespan(placement)
-        return _finish(p, objective, group_device, {"memory_fallback_groups": fallback}, own)
+        return _finish(objective, group_device, {"memory_fallback_groups": fallback}, own)
 
 
 def _group_order(p: HeuristicProblem) -> list[int]:
@@ -374,7 +373,7 @@ class METFPlacer(_BaechiPlacer):
         info = {"memory_fallback_groups": fallback}
         if fav is not None:
             info |= {"favourite_children": int((fav >= 0).sum()), "favourites_kept_on_parent": kept}
-        return _finish(p, objective, gd, info, own)
+        return _finish(objective, gd, info, own)
 
 
 def favourite_parents(p: HeuristicProblem) -> NDArray[np.int64]:
@@ -487,7 +486,7 @@ class MetisPlacer:
                 device_of_part[q] = fastest[rank % p.d]
         group_device, repaired, fallback = _repair(p, device_of_part[part], speed)
         info = {"parts": k, "edge_cut": cut, "repaired_groups": repaired, "memory_fallback_groups": fallback}
-        return _finish(p, objective, group_device, info, None)
+        return _finish(objective, group_device, info, None)
 
 
 def _fastest_fit(p: HeuristicProblem, grp: int, used: NDArray[np.float64],
@@ -620,7 +619,7 @@ class PipeDreamPlacer(_BaechiPlacer):
                 fallback += int(not fits.any())
                 used[group_device[q]] += p.group_memory_bytes[q]
         info = {"dp_bottleneck_s": bottleneck, "stages": stages[::-1], "memory_fallback_groups": fallback}
-        return _finish(p, objective, group_device, info, None)
+        return _finish(objective, group_device, info, None)
 
     @staticmethod
     def _boundary_cost(p: HeuristicProblem, pos: NDArray[np.int64], n: int) -> NDArray[np.float64]:

@@ -359,10 +359,7 @@ def aggregate_layout(offset, op_splits, sub_server, num_servers, levels, level_s
     Args:
         offset, op_splits: Sub-ops of each training op and their count.
         sub_server: Server of each sub-op, compacted to ``0..num_servers-1``.
-        levels: ``(7, num_servers)``: ``levels[a - 1, s]`` is server ``s``'s compact key at the
-            agreement set ``a`` (bits: 1 communication group, 2 rack, 4 in-rack index), e.g.
-            ``levels[2]`` its (group, rack) pair; two servers agree on ``a`` iff their keys match.
-        level_sizes: Number of distinct keys at each level.
+        levels, level_sizes: The servers' keys per agreement set (:func:`compact_levels`).
         group_key, group_ptr, group_edges, edge_u, edge_v: The op-level groups and edges.
         sync_ops: Training ops with weight sync (split backward ops).
         sync_class_s: ``(2n, 8)`` time of one weight-sync pair of each op whose two servers
