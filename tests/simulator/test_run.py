@@ -39,7 +39,7 @@ def test_a_run_writes_jobs_and_summary_beside_its_config(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["policy=nope"], "unknown policy 'nope' (available: fixed, lookahead, min_feasible"),
+    (["policy=nope"], "unknown policy 'nope' (available: fixed, foresight, lookahead, min_feasible"),
     (["cluster.num_racks_per_group=0"], "cluster.num_racks_per_group': must be an integer >= 1"),
     (["arrivals=poisson", "arrivals.rate_per_s=-1", "arrivals.mean_interval_s=null"],
      "arrivals.rate_per_s': must be a finite number > 0, got -1"),
