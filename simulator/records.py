@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from workloads.io import atomic_write_json, atomic_write_text
+from workloads.io import atomic_write_json, atomic_write_text, clear_stale_temporaries
 
 if TYPE_CHECKING:
     from simulator.topology import RampTopology
@@ -215,10 +215,8 @@ class CsvStreamSink:
         self._lines: list[str] = []
         self._writer = csv.writer(self, lineterminator="\n")  # writes through self.write
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # A run killed outright (SIGKILL, power) leaves its temporary file; one directory holds one
-        # run, so a new run here clears them instead of leaving hundreds of MB beside jobs.csv.
-        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
-            stale.unlink(missing_ok=True)
+        # A run killed outright leaves its temporary file; one directory holds one run.
+        clear_stale_temporaries(self.path.parent, [self.path.name])
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         self._tmp = Path(tmp)
         mask = os.umask(0)
