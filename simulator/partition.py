@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -387,17 +387,17 @@ class Partitioner:
 
     def partition(self, graph: TrainingGraph, degree: int) -> PartitionedGraph:
         """The partitioned graph at ``degree`` (cached: built once per graph and degree)."""
-        key = (graph.fingerprint, degree, self.split_ops)
-        if key not in self._graphs:
-            self._graphs[key] = PartitionedGraph(graph, degree, self.splits(graph, degree), self.edge_sizing)
-        return self._graphs[key]
+        return self._built(self._graphs, PartitionedGraph, graph, degree)
 
     def aggregate(self, graph: TrainingGraph, degree: int) -> AggregatePartition:
         """The op-level partition at ``degree`` (cached; O(sub-ops + edges) at any degree)."""
+        return self._built(self._aggregates, AggregatePartition, graph, degree)
+
+    def _built(self, cache: dict, cls: type, graph: TrainingGraph, degree: int) -> Any:
         key = (graph.fingerprint, degree, self.split_ops)
-        if key not in self._aggregates:
-            self._aggregates[key] = AggregatePartition(graph, degree, self.splits(graph, degree), self.edge_sizing)
-        return self._aggregates[key]
+        if key not in cache:
+            cache[key] = cls(graph, degree, self.splits(graph, degree), self.edge_sizing)
+        return cache[key]
 
     def total_bytes(self, graph: TrainingGraph, degree: int) -> float:
         """Sub-op memory plus dependency bytes at ``degree`` (a record's ``cluster_bytes``)."""
