@@ -195,13 +195,9 @@ class FirstFitAllocator:
 
     MAX_CACHE_ENTRIES = 200_000
     MAX_CACHE_BYTES = 256 * 2**20  # estimated bytes each cache may hold before it is cleared
-    REUSE_WINDOW = 4096
-    """Lookups over which the reuse of occupancy-keyed entries is measured (and their bound when
-    they are not reused, see :meth:`_note_occupancy_lookup`)."""
+    REUSE_WINDOW = 4096  # lookups per reuse measurement (:meth:`_note_occupancy_lookup`)
     MIN_REUSE = 0.1  # fraction of hits below which occupancy-keyed caches are kept small
-    UNBOUND_MEMORY_FRACTION = 0.999
-    """A job whose ops need at most this share of the smallest server's memory is placed by its
-    first free blocks alone (:meth:`_place_unbound`)."""
+    UNBOUND_MEMORY_FRACTION = 0.999  # of the smallest server's memory: see _memory_never_binds
 
     def __init__(self, topology: RampTopology, partitioner: Partitioner,
                  mode: PlacementMode = "op_first_fit", op_placer: BlockOpPlacer | None = None) -> None:
@@ -278,14 +274,8 @@ class FirstFitAllocator:
 
     def place(self, graph: TrainingGraph, degree: int, occupied_mask: int,
               block: Block | None = None) -> Placement | None:
-        """Place ``graph`` at ``degree`` given the servers other jobs hold; ``None`` if impossible.
-
-        Args:
-            graph: The job's training graph.
-            degree: Partition degree.
-            occupied_mask: Bitmask of servers held by other jobs.
-            block: Restrict the job to these servers (``None``: the mode decides).
-        """
+        """Place ``graph`` at ``degree`` given the servers other jobs hold (``occupied_mask``), inside
+        ``block`` if given (``None``: the mode decides); ``None`` if impossible."""
         if self.shifts_placements and (block is not None or self.mode == "block"):
             if block is not None:
                 return None if block.mask & occupied_mask else self.place_in_block(graph, degree, block)
