@@ -116,34 +116,30 @@ def format_servers(topology: RampTopology, servers: Sequence[int]) -> str:
     if len(servers) <= SERVERS_LISTED_MAX:
         return " ".join(topology.server_name(s) for s in servers)
     _, num_racks, per_rack = topology.shape  # server index = (c * R + r) * S + s, as server_name
-    # (c, r) -> s ranges; then runs of consecutive racks with the same s ranges; then runs of
-    # consecutive groups with the same rack runs. Each level keeps index (= c, r, s) order.
-    by_rack: dict[tuple[int, int], list[list[int]]] = {}
+    # In-rack indices by rack; then runs of consecutive indices, of consecutive racks with the
+    # same index runs, and of consecutive groups with the same rack runs, in (c, r, s) order.
+    by_rack: dict[tuple[int, int], list[int]] = {}
     for server in sorted(servers):
         rack, s = divmod(server, per_rack)
-        c, r = divmod(rack, num_racks)
-        ranges = by_rack.setdefault((c, r), [])
-        if ranges and ranges[-1][1] == s - 1:
-            ranges[-1][1] = s
-        else:
-            ranges.append([s, s])
-    by_group: dict[int, list[list[Any]]] = {}
-    for (c, r), ranges in by_rack.items():
-        key = tuple(map(tuple, ranges))
-        runs = by_group.setdefault(c, [])
-        if runs and runs[-1][1] == r - 1 and runs[-1][2] == key:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r, key])
-    groups: list[list[Any]] = []
-    for c, runs in by_group.items():
-        key = tuple((r0, r1, ranges) for r0, r1, ranges in runs)
-        if groups and groups[-1][1] == c - 1 and groups[-1][2] == key:
-            groups[-1][1] = c
-        else:
-            groups.append([c, c, key])
+        by_rack.setdefault(divmod(rack, num_racks), []).append(s)
+    by_group: dict[int, list[tuple[int, tuple]]] = {}
+    for (c, r), slots in by_rack.items():
+        ranges = tuple((s0, s1) for s0, s1, _ in _runs((s, None) for s in slots))
+        by_group.setdefault(c, []).append((r, ranges))
+    groups = _runs((c, tuple(map(tuple, _runs(racks)))) for c, racks in by_group.items())
     return " ".join(f"{_span(c0, c1)}-{_span(r0, r1)}-{_span(s0, s1)}"
                     for c0, c1, rack_runs in groups for r0, r1, ranges in rack_runs for s0, s1 in ranges)
+
+
+def _runs(items: Iterable[tuple[int, Any]]) -> list[list[Any]]:
+    """``[first, last, value]`` of each run of consecutive indices with equal values."""
+    runs: list[list[Any]] = []
+    for i, value in items:
+        if runs and runs[-1][1] == i - 1 and runs[-1][2] == value:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i, value])
+    return runs
 
 
 def _span(first: int, last: int) -> str:
