@@ -189,10 +189,9 @@ def _composition_error(composer: Composer, exc: Exception, overrides: list[str])
             return str(retired)
         others = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != key]
         known = composer.known_keys(others)
-        if "." in key and key.rpartition(".")[0] in known and key.rpartition(".")[0].split(".")[0] in ("policy",):
-            hint = f"; to pass a new argument to the policy class use +{key}=..."
-        else:
-            hint = ""
+        section = key.rpartition(".")[0]
+        hint = (f"; to pass a new argument to the policy class use +{key}=..."
+                if section in known and section.split(".")[0] == "policy" else "")
         return f"unknown config key '{key}'{suggest(key, known)}{hint}"
     line = one_line(text.split("\n")[0])
     if cause is not None and not isinstance(cause, MissingConfigException):

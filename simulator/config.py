@@ -471,11 +471,8 @@ def validate_config(cfg: DictConfig, *, keys: Mapping[str, Rule] = SIM_KEYS,
     sections = set(plugins) | {k.split(".")[0] for k in keys if "." in k} | set(free)
     for key in flat_keys(cfg):
         top = key.split(".")[0]
-        if key == "hydra" or top == "hydra" or top in free or key in keys:
-            continue
-        if any(key.startswith(f"{section}.") for section in OWNED_SECTIONS):
-            continue
-        if top in plugins:
+        if (top in ("hydra", *free, *plugins) or key in keys
+                or any(key.startswith(f"{section}.") for section in OWNED_SECTIONS)):
             continue
         if key in sections:
             node = cfg._get_node(key)
