@@ -51,8 +51,6 @@ def _edge_weight_s(graph: ComputeGraph) -> NDArray[np.float64]:
 
 def _pass_edges(graph: ComputeGraph) -> NDArray[np.bool_]:
     """Edges that drive the group graph: forward -> forward when the graph has any, else all."""
-    if not graph.num_edges:
-        return np.zeros(0, dtype=bool)
     fwd = ~graph.is_backward[graph.edges[:, 0]] & ~graph.is_backward[graph.edges[:, 1]]
     return fwd if fwd.any() else np.ones(graph.num_edges, dtype=bool)
 
@@ -62,8 +60,6 @@ def _quotient(label: NDArray[np.int64], src: NDArray[np.int64], dst: NDArray[np.
     """Distinct edges between different labels (``n`` of them) with summed weights."""
     a, b = label[src], label[dst]
     keep = a != b
-    if not keep.any():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     pair = a[keep] * n + b[keep]
     uniq, inv = np.unique(pair, return_inverse=True)
     return uniq // n, uniq % n, np.bincount(inv, weights=weight[keep], minlength=len(uniq))
@@ -86,8 +82,6 @@ def _acyclic(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> bool:
 
 def quotient_acyclic(graph: ComputeGraph, cluster_of_node: NDArray[np.int64]) -> bool:
     """Whether the cluster quotient graph of each pass (forward edges; backward edges) is acyclic."""
-    if not graph.num_edges:
-        return True
     bwd = graph.is_backward
     k = int(cluster_of_node.max()) + 1 if len(cluster_of_node) else 0
     s, d = graph.edges[:, 0], graph.edges[:, 1]

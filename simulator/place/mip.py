@@ -93,7 +93,7 @@ class MipPlacer:
             warm_value = objective.value(warm)
             if math.isfinite(warm_value) and _consistent_groups(g.group, warm):
                 start = highspy.HighsSolution()
-                start.col_value = model.point(warm[_first_nodes(g)])
+                start.col_value = model.point(warm[[m[0] for m in g.group_members]])
                 start.value_valid = True
                 h.setSolution(start)
         h.run()
@@ -146,10 +146,6 @@ def _new_highs() -> highspy.Highs:
         h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     return h
-
-
-def _first_nodes(graph) -> NDArray[np.int64]:
-    return np.array([m[0] for m in graph.group_members], dtype=np.int64)
 
 
 def _consistent_groups(group: NDArray[np.int64], placement: NDArray[np.int64]) -> bool:
