@@ -167,10 +167,8 @@ class RoundRobinPlacer:
     def place(self, objective: BoundObjective, *, seed: int = 0) -> PlacerResult:
         """Deal the groups out one by one."""
         g = objective.graph
-        first: dict[int, int] = {}
-        for node in g.topological_order:
-            first.setdefault(int(g.group[node]), len(first))
-        rank = np.array([first[k] for k in range(g.num_groups)], dtype=np.int64)
+        rank = np.empty(g.num_groups, dtype=np.int64)  # of each group's first node in topological order
+        rank[list(dict.fromkeys(int(g.group[v]) for v in g.topological_order))] = np.arange(g.num_groups)
         acc = accelerators(objective)
         return PlacerResult(expand_groups(objective, runnable_groups(objective, acc[rank % len(acc)])))
 
