@@ -11,6 +11,7 @@ Leaf module: it imports nothing from the project at module level (targets by nam
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Sequence
@@ -72,36 +73,14 @@ def _alias(name: str) -> None:
 
 
 # The old console scripts (pyproject.toml [project.scripts]), one release.
-def sim_alias() -> None:  # noqa: D103 - see _alias
-    _alias("sim")
-
-
-def place_alias() -> None:  # noqa: D103
-    _alias("place")
-
-
-def report_alias() -> None:  # noqa: D103
-    _alias("report")
-
-
-def graph_alias() -> None:  # noqa: D103
-    _alias("graph")
-
-
-def train_alias() -> None:  # noqa: D103
-    _alias("train")
-
-
-def train_placer_alias() -> None:  # noqa: D103
-    _alias("train-placer")
-
-
-def train_adaptive_alias() -> None:  # noqa: D103
-    _alias("train-adaptive")
-
-
-def distill_alias() -> None:  # noqa: D103
-    _alias("distill")
+sim_alias = functools.partial(_alias, "sim")
+place_alias = functools.partial(_alias, "place")
+report_alias = functools.partial(_alias, "report")
+graph_alias = functools.partial(_alias, "graph")
+train_alias = functools.partial(_alias, "train")
+train_placer_alias = functools.partial(_alias, "train-placer")
+train_adaptive_alias = functools.partial(_alias, "train-adaptive")
+distill_alias = functools.partial(_alias, "distill")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,6 @@ def write_checkpoint(out: Path, state: Mapping[str, Any], *, keep_previous: bool
     existing ``checkpoint.pt`` is first kept as ``checkpoint.prev.pt`` (hard-linked, then renamed,
     so some ``checkpoint.pt`` exists at every instant).
     """
-    import torch  # lazy: torch
-
-    buf = io.BytesIO()
-    torch.save(dict(state), buf)
     path = out / CHECKPOINT
     if keep_previous and path.is_file():
         tmp = out / f".{PREVIOUS_CHECKPOINT}.tmp"
@@ -47,8 +43,16 @@ def write_checkpoint(out: Path, state: Mapping[str, Any], *, keep_previous: bool
         except OSError:  # no hard links on this file system
             shutil.copyfile(path, tmp)
         os.replace(tmp, out / PREVIOUS_CHECKPOINT)
-    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
-    return path
+    return save_torch_file(path, dict(state))
+
+
+def save_torch_file(path: str | Path, payload: Any) -> Path:
+    """``torch.save`` of ``payload`` to ``path``, serialised in memory and written atomically."""
+    import torch  # lazy: torch
+
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    return atomic_write(Path(path), lambda fh: fh.write(buf.getvalue()))
 
 
 def write_metrics_csv(path: Path, rows: Iterable[Mapping[str, Any]], *, sort_columns: bool = False) -> None:

@@ -1,12 +1,7 @@
 """The adaptive PAC-ML agent (``policy=pacml``): the rule selector's pick, corrected online by shadow clusters.
 
-:class:`PacMLPolicy` decides each arriving job with the degree rule the selector
-(:mod:`pacml.adaptive.selector`) scores best for the condition seen so far; :class:`ShadowCluster`
-copies of the cluster, each deciding every job with one fixed rule, let the condition's own
-evidence overrule the selector. Its settings are checked and grouped in three frozen dataclasses
-(:class:`SelectorKnobs`, :class:`ShadowKnobs`, :class:`DecisionKnobs`); the per-beta deviation
-critics it may apply on their own training conditions load torch, so they are imported only when
-configured.
+Its settings are checked in three frozen dataclasses; the condition critics load torch, so they
+are imported only when configured.
 """
 
 from __future__ import annotations
@@ -46,14 +41,10 @@ log = logging.getLogger(__name__)
 
 
 class ShadowCluster:
-    """A copy of the cluster that decides every job the policy sees with one fixed rule.
-
-    It is a :class:`~simulator.policies.lookahead.RolloutCluster` (exact with respect to the
-    simulator, sharing the real cluster's lookahead caches), started empty and fed the arriving
-    jobs as the real cluster shows them to the policy. Arrivals do not depend on decisions, so it
-    sees exactly the stream the rule would have met. ``blocked`` counts the jobs the rule blocked
-    on arrival (no feasible degree, or a target the degree misses). With ``block_search`` > 0 the
-    rule's degree goes to its first feasible block, as the agent places it (:func:`start_rule`).
+    """A copy of the cluster (an exact :class:`~simulator.policies.lookahead.RolloutCluster`,
+    started empty) fed the arriving jobs and deciding each with one fixed rule, placed as the agent
+    places (:func:`start_rule`). Arrivals do not depend on decisions, so it sees exactly the stream
+    the rule would have met; ``blocked`` counts the jobs the rule blocked on arrival.
     """
 
     def __init__(self, rule: Rule, state: ClusterState, block_search: int = 0) -> None:
@@ -242,14 +233,6 @@ class PacMLPolicy:
         if trained is not None and trained != block_search:  # its labels ranked rules placed otherwise
             log.warning("%s was trained on rules placed with block_search=%d; it runs with policy.block_search=%d",
                         checkpoint, trained, block_search)
-        #: Decisions the condition critics changed in the current episode, and those they saw.
-        self.condition_critic_changed = 0
-        self.condition_critic_seen = 0
-        self._first: int | None = None
-        self._picked: int | None = None
-        #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
-        self.novelty = 0.0
-        self._novelty_n = 0
         self.weights = weights
         # The window the selector was trained with (checkpoints before the option: 64).
         self.tracker = ConditionTracker(int(self.meta.get("train_config", {}).get("window", WINDOW)))
@@ -262,18 +245,7 @@ class PacMLPolicy:
             spread = weights.reference.std(axis=0)
             self._condition_critics = [ConditionCritic(name, spread, condition_critic_radius)
                                        for name in self.decision.condition_critics]
-        #: The rule the last decision followed, and the condition features it was picked from.
-        self.last_rule: Rule | None = None
-        self.last_condition: NDArray[np.float32] | None = None
-        #: Rule used for each decision of the current episode (labels), for analysis.
-        self.chosen: list[str] = []
-        #: Shadow clusters of the current episode (empty without shadows or before the first job).
-        self.shadows: list[ShadowCluster] = []
-        self._following: int | None = None  # index of the shadow followed
-        #: Jobs before the shadows may overrule the selector, on this episode's cluster.
-        self.warmup_jobs = self.shadow.shadow_warmup
-        # _discordant[i, j]: jobs exactly one of shadows i and j blocked.
-        self._discordant = np.zeros((0, 0), dtype=np.int64)
+        self.reset()
 
     @classmethod
     def check_config(cls, node: dict[str, Any], topology: Any) -> None:
@@ -296,18 +268,24 @@ class PacMLPolicy:
     def reset(self, seed: int | None = None) -> None:
         """A new episode: forget the arrivals seen and the shadows."""
         self.tracker.reset()
+        #: Mean novelty of the episode's conditions so far (with ``shadow_novelty`` set).
         self.novelty = 0.0
         self._novelty_n = 0
-        self._picked = None
-        self._first = None
+        self._picked: int | None = None
+        self._first: int | None = None
+        #: Decisions the condition critics changed in the current episode, and those they saw.
         self.condition_critic_changed = 0
         self.condition_critic_seen = 0
-        self.chosen = []
-        self.last_rule = None
-        self.last_condition = None
-        self.shadows = []
-        self._following = None
+        #: Rule used for each decision of the current episode (labels), for analysis.
+        self.chosen: list[str] = []
+        #: The condition features the last decision's rule was picked from.
+        self.last_condition: NDArray[np.float32] | None = None
+        #: Shadow clusters of the current episode (empty without shadows or before the first job).
+        self.shadows: list[ShadowCluster] = []
+        self._following: int | None = None  # index of the shadow followed
+        # _discordant[i, j]: jobs exactly one of shadows i and j blocked.
         self._discordant = np.zeros((0, 0), dtype=np.int64)
+        #: Jobs before the shadows may overrule the selector, on this episode's cluster.
         self.warmup_jobs = self.shadow.shadow_warmup
 
     def _rule_table(self, topology: RampTopology) -> tuple[list[Rule], NDArray[np.float32]]:
@@ -326,11 +304,6 @@ class PacMLPolicy:
                                      lookup=self.tracker.full or not self.selector.lookup_after_window)
         return rules, scores
 
-    def select(self, job: JobSpec, state: ClusterState) -> Rule:
-        """Observe the job and return the rule the selector picks for the condition."""
-        rules, scores = self._scores(job, state)
-        return rules[self._pick(scores)]
-
     def _pick(self, scores: NDArray[np.float64]) -> int:
         """The best-scoring rule, unless the one picked last scores within ``selector_margin`` of it;
         with ``hold_until_window``, the pick of job ``hold_from_job`` while the window is partial."""
@@ -343,9 +316,8 @@ class PacMLPolicy:
             self._picked = self._first
             return self._first
         if self.selector.selector_margin == 0.0 or not self.tracker.full:
-            # Each job's argmax (ties: the first), as before the option; and while the condition
-            # comes from a partial window, whose estimate is too poor to hold on to (before
-            # job hold_from_job too).
+            # Each job's argmax (ties: the first); also while the condition comes from a partial
+            # window, whose estimate is too poor to hold on to.
             self._picked = None
             return best
         if self._picked is not None and scores[best] - scores[self._picked] <= self.selector.selector_margin:
@@ -411,7 +383,6 @@ class PacMLPolicy:
             if self._following is not None and not (familiar and self.shadow.shadow_familiar_z is None):
                 rule = self.shadows[self._following].rule
         self.chosen.append(rule.label)
-        self.last_rule = rule
         degree = rule.degree(state)
         if self.decision.feasible_fallback and degree and not self._placeable(state.feasibility, degree):
             # para_max's paper mask counts free servers only: its degree may not fit or meet the target.

@@ -10,7 +10,6 @@ been found, so ``policy=pacml_beta policy.checkpoint=<typo>`` fails at once, not
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pacml.agent.features import Encoder
+from pacml.runfiles import save_torch_file
 from pacml.shipped import load_payload, resolve_checkpoint
 from simulator.cluster import ClusterState
 from simulator.errors import ConfigError
 from simulator.policy import Decision
-from workloads.io import atomic_write
 from workloads.jobs import JobSpec
 
 if TYPE_CHECKING:
@@ -38,17 +37,13 @@ POLICY_VERSION = 1
 
 def save_policy(path: str | Path, model: ActorCritic, encoder: Encoder, meta: dict[str, Any] | None = None) -> Path:
     """Write a self-contained policy checkpoint atomically."""
-    import torch  # lazy: torch
-
     payload = {"format": POLICY_FORMAT, "version": POLICY_VERSION, "model_config": model.config,
                "model": model.state_dict(),
                "encoder": {"max_degree": encoder.max_degree, "mask": encoder.mask,
                            "fallback_interarrival_s": encoder.fallback_interarrival_s,
                            "placement_candidates": encoder.placement_candidates, "degrees": list(encoder.degrees)},
                "meta": meta or {}}
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    return save_torch_file(path, payload)
 
 
 def load_policy(path: str | Path, field: str = "policy.checkpoint") -> tuple[ActorCritic, Encoder, dict[str, Any]]:
@@ -92,9 +87,7 @@ class PacMLBetaPolicy:
         model: Use this in-memory model instead of a file (training-time evaluation).
         encoder: The encoder that goes with ``model``.
         num_threads: torch intra-op threads while deciding (restored after each decision);
-            ``None`` keeps torch's setting. A decision's tensors are tiny, so a second thread
-            only adds synchronisation, and on a busy host every kernel waits for a descheduled
-            worker (one thread gives the same decisions, several times faster).
+            ``None`` keeps torch's setting (why 1: docs/policies.md, "The per-beta agents").
     """
 
     def __init__(self, checkpoint: str | Path | None = None, deterministic: bool = True,

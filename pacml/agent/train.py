@@ -1,11 +1,5 @@
-"""``pacml train``: train a PAC-ML agent with PPO (Hydra app, config ``conf/train.yaml``).
-
-Examples::
-
-    pacml train beta=C                                 # paper scenario, beta C, 1 h budget
-    pacml train beta=D ppo.total_steps=20000 ppo.time_budget_s=300
-    pacml train resume=outputs/train/<run>             # continue exactly where it stopped
-    pacml train resume=outputs/train/<run> ppo.time_budget_s=5400   # extend a finished run
+"""``pacml train``: train a PAC-ML agent with PPO (Hydra app, config ``conf/train.yaml``; examples
+in docs/policies.md).
 
 The run directory (Hydra's) receives ``checkpoint.pt`` (everything needed to resume; the one
 before is kept as ``checkpoint.prev.pt``), ``policy.pt`` (best by validation blocking rate),
@@ -36,7 +30,6 @@ from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 PROG = "pacml train"
-GROUPS = ("cluster", "workload", "arrivals", "beta", "scenario")
 
 _COUNT, _POSITIVE, _UNIT = Rule(int, low=1), Rule(float, low=0.0, low_open=True), Rule(float, low=0.0, high=1.0)
 #: Ranges of the ``ppo`` keys (their types come from :class:`PPOConfig`).
@@ -81,15 +74,11 @@ RESUME_OVERRIDABLE = ("ppo.total_steps", "ppo.time_budget_s", "progress")
 
 def train_from_config(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None,
                       started_at: float | None = None) -> dict:
-    """Build a trainer from ``cfg`` (or resume one) and train it.
+    """Build a trainer from the composed ``conf/train.yaml`` (or resume one) and train it.
 
-    Args:
-        cfg: The composed ``conf/train.yaml``.
-        out_dir: Run directory for a new run (a resumed run keeps its own).
-        overrides: The command-line overrides; when resuming, those of
-            :data:`RESUME_OVERRIDABLE` (e.g. a larger ``ppo.total_steps``) apply to the saved config.
-        started_at: ``perf_counter()`` value the session's time budget counts from (default: when
-            the trainer is created).
+    ``out_dir`` is a new run's directory (a resumed run keeps its own); when resuming, the
+    ``overrides`` of :data:`RESUME_OVERRIDABLE` apply to the saved config. ``started_at``: the
+    ``perf_counter()`` value the session's budget counts from.
     """
     from pacml.agent.ppo import Trainer  # lazy: torch
 

@@ -1,23 +1,13 @@
-"""A deviation critic distilled from the rollout planner: the planner's quality at the agent's cost.
+"""A deviation critic distilled from the rollout planner (docs/policies.md, "Deviation critic").
 
-The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) estimates, for every
-feasible degree, how many jobs will be blocked over the next arrivals. Imitating its *choices*
-fails: they are rare (3-8 % of decisions), marginal and noisy, and the agent's features only
-summarise the cluster. This module instead regresses the planner's *estimates*:
-
-    delta(s, d) = expected blocked jobs after choosing d - after the agent's action,
-
-from features that say which servers are busy until when and which servers each degree would
-take (:func:`pacml.agent.features.server_features`, :func:`pacml.agent.features.take_features`). At decision
-time :class:`pacml.critic.policy.PacMLCriticPolicy` keeps the agent's action unless the critic predicts that another
-feasible action blocks at least ``margin_jobs`` fewer jobs. Costs one small MLP forward pass.
-
-Training data come from ``pacml distill`` (:mod:`pacml.critic.distill`).
+It regresses the planner's estimate ``delta(s, d)`` = expected blocked jobs after choosing ``d``
+minus after the agent's action (the planner's *choices* are too rare, marginal and noisy to
+imitate), from :func:`pacml.agent.features.server_features` and
+:func:`pacml.agent.features.take_features`. Training data come from :mod:`pacml.critic.distill`.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from pacml.runfiles import save_torch_file
 from pacml.shipped import load_payload
-from workloads.io import atomic_write
 
 CRITIC_FORMAT = "pacml-critic-v1"
 
@@ -35,17 +25,10 @@ class DeviationCritic(nn.Module):
     """Predicts expected blocked jobs per action, up to a per-state constant.
 
     A state trunk (globals + per-server state) and one head shared by all actions over (trunk,
-    action features + the servers the action takes). Both inputs are standardised with
-    statistics of the training data (:func:`standardiser`): the actions of one state often differ
-    in a single small feature (degree 2 vs 4 is 0.125 apart in ``a / max degree``), and unscaled,
-    whether the head learns that interaction at all depended on float rounding (the same seed
-    learned with AVX-512 kernels and stayed at chance with AVX2 or one thread). Only differences
+    action features + the servers the action takes). Both inputs are standardised
+    (:func:`standardiser`): the actions of one state often differ in one small feature, and
+    unscaled, whether the head learned it depended on the CPU's float rounding. Only differences
     between actions of one state are trained, so only differences are meaningful.
-
-    Args:
-        state_dim: Width of the state input.
-        action_dim: Width of one action row.
-        hidden: Hidden width.
     """
 
     def __init__(self, state_dim: int, action_dim: int, hidden: int = 128) -> None:
@@ -152,9 +135,8 @@ def train_critic(demos: dict[str, np.ndarray], epochs: int = 25, hidden: int = 1
 
 def save_critic(path: str | Path, critic: DeviationCritic, meta: dict[str, Any]) -> Path:
     """Write a critic checkpoint atomically (``meta`` holds the agent and the margin)."""
-    buf = io.BytesIO()
-    torch.save({"format": CRITIC_FORMAT, "config": critic.config, "model": critic.state_dict(), "meta": meta}, buf)
-    return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    return save_torch_file(path, {"format": CRITIC_FORMAT, "config": critic.config, "model": critic.state_dict(),
+                                  "meta": meta})
 
 
 def load_critic(path: str | Path) -> tuple[DeviationCritic, dict[str, Any]]:

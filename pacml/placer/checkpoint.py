@@ -9,14 +9,12 @@ every device preset it was trained on).
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pacml.placer.settings import NetConfig
-from pacml.runfiles import load_torch_file
+from pacml.runfiles import load_torch_file, save_torch_file
 from simulator.errors import ConfigError
-from workloads.io import atomic_write
 
 if TYPE_CHECKING:
     from pacml.placer.model import PlacerNet
@@ -30,12 +28,8 @@ DEFAULT_PLACERS = {"step": "placer_step", "latency": "placer_step", "pipeline": 
 
 def save_placer(path: str | Path, net: PlacerNet, meta: dict[str, Any]) -> None:
     """Write a placer (weights, sizes, ``meta``) atomically."""
-    import torch  # lazy: torch
-
-    buf = io.BytesIO()
-    torch.save({"format": PLACER_FORMAT, "version": 1, "net": net.config_dict(), "model": net.state_dict(),
-                "meta": meta}, buf)
-    atomic_write(Path(path), lambda fh: fh.write(buf.getvalue()))
+    save_torch_file(path, {"format": PLACER_FORMAT, "version": 1, "net": net.config_dict(), "model": net.state_dict(),
+                           "meta": meta})
 
 
 def resolve_placer(spec: str | None, objective: str, *, field: str = "method.checkpoint") -> Path:

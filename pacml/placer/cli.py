@@ -1,15 +1,8 @@
-"""``pacml train-placer``: pre-train the learned op placer (Hydra app, ``conf/train_placer.yaml``).
+"""``pacml train-placer``: pre-train the learned op placer (Hydra app, ``conf/train_placer.yaml``;
+examples in docs/learned-placer.md).
 
-Examples::
-
-    pacml train-placer net.insertion=true net.order=full_rank net.cost_outputs=false   # placer_step's recipe (40 min, one core)
-    pacml train-placer budget.time_s=300 corpus.synthetic=8  # a short run
-    pacml train-placer resume=outputs/train_placer/<run>     # continue exactly where it stopped
-    pacml train-placer resume=outputs/train_placer/<run> budget.time_s=6000   # extend it
-
-The time budget counts from the process start and covers every phase (imports, corpus loading,
-task building, training, validation, checkpoints); a resumed run's budget is the total over
-sessions. Use the result with ``pacml place method=learned method.checkpoint=<run>``.
+The time budget counts from the process start and covers every phase; a resumed run's budget is
+the total over sessions.
 """
 
 from __future__ import annotations
@@ -77,10 +70,10 @@ class TrainPlacerCommand(HydraCommand):
         """Check a composed config (raises our own errors); returns it."""
         cfg = validate_config(cfg, keys=self.keys, plugins=(), given=override_keys(overrides))
         sets = device_sets(list(cfg.presets))
-        if cfg.net.decoder == "oneshot" and cfg.net.hidden % cfg.net.heads:
-            raise ConfigError(f"net.hidden ({cfg.net.hidden}) must be a multiple of net.heads ({cfg.net.heads}) "
-                              "for the oneshot decoder's attention", field="net.heads")
-        if cfg.net.decoder == "oneshot":  # else the first task on a larger device set stops the run
+        if cfg.net.decoder == "oneshot":  # checked now, else the first task on a larger device set stops the run
+            if cfg.net.hidden % cfg.net.heads:
+                raise ConfigError(f"net.hidden ({cfg.net.hidden}) must be a multiple of net.heads ({cfg.net.heads}) "
+                                  "for the oneshot decoder's attention", field="net.heads")
             large = [(name, d.num_devices) for name, d in sets if d is not None and d.num_devices > cfg.net.max_devices]
             if large:
                 raise ConfigError(f"the oneshot decoder has {cfg.net.max_devices} device slots; preset {large[0][0]} "

@@ -1,18 +1,14 @@
 """PPO for the learned placer: tasks, rewards, one update, fine-tuning on one task.
 
-A *task* is one (graph, device set, objective). A rollout places every group of a task ``batch``
-times; each placement is priced by the objective (one evaluation each) and rewarded GDP-style
-with ``-sqrt(value / reference)``, the reference being the best of cheap baselines on the task
-(HEFT, the best single device), so that rewards of different graphs share a scale. The advantage
-of a placement is its reward minus the mean of its task's batch, divided by their spread (a
-per-task baseline: no critic to learn). Every decision of a placement shares its advantage; the
-clipped PPO loss runs over decisions, plus an entropy bonus.
+Rewards are GDP's ``-sqrt(value / reference)`` (docs/learned-placer.md, "Training"); a
+placement's advantage is its reward minus its task's batch mean, over their spread (no critic),
+shared by every decision of the placement; the clipped PPO loss adds an entropy bonus.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -45,7 +41,6 @@ class Task:
     problem: GroupProblem
     reference_s: float
     reference: str
-    stats: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, name: str, objective: BoundObjective, reference_s: float | None = None,
@@ -54,16 +49,15 @@ class Task:
         HEFT and the best single device (their evaluations are not counted against any budget).
         ``order_by``: the decoder's group order (:meth:`GroupProblem.from_objective`)."""
         if reference_s is not None:
-            return cls(name=name, objective=objective, problem=GroupProblem.from_objective(objective, order_by),
-                       reference_s=reference_s if math.isfinite(reference_s) and reference_s > 0 else 1.0,
-                       reference="given")
-        before = objective.evaluations
-        best, best_name = math.inf, "none"
-        for placer in (HeftPlacer(), SingleDevicePlacer()):
-            v = objective.value(placer.place(objective).placement)
-            if v < best:
-                best, best_name = v, placer.name
-        objective.evaluations = before
+            best, best_name = (reference_s if reference_s > 0 else math.inf), "given"
+        else:
+            before = objective.evaluations
+            best, best_name = math.inf, "none"
+            for placer in (HeftPlacer(), SingleDevicePlacer()):
+                v = objective.value(placer.place(objective).placement)
+                if v < best:
+                    best, best_name = v, placer.name
+            objective.evaluations = before
         return cls(name=name, objective=objective, problem=GroupProblem.from_objective(objective, order_by),
                    reference_s=best if math.isfinite(best) else 1.0, reference=best_name)
 

@@ -1,12 +1,8 @@
 """What the learned placer sees of one (graph, devices, objective): numpy only, built once per task.
 
-The learned placer puts *groups* (an op and its backward mirror; a colour class; a cluster of a
-coarsened graph) on devices one at a time, in the topological order of each group's first node.
-:class:`GroupProblem` holds the placement-independent arrays: the compute of every group on every
-device, memory, the quotient graph of groups (edges between groups with their transfer time on
-every device pair), and the static features of groups and devices. Devices enter only through
-their features (speed, memory, kind flags, links), never through their names or indices, so the
-policy is equivariant to renaming devices: interchangeable devices are interchangeable to it.
+:class:`GroupProblem` holds the placement-independent arrays of the groups (an op and its backward
+mirror; a colour class; a cluster of a coarsened graph). Devices enter only through their
+features, never their names or indices, so interchangeable devices are interchangeable.
 """
 
 from __future__ import annotations
@@ -139,9 +135,8 @@ class GroupProblem:
         rank[order] = np.arange(n_groups)
 
         # Quotient edges: node edges between distinct groups, summed per (src group, dst group).
-        src_g = group[g.edges[:, 0]] if g.num_edges else np.zeros(0, np.int64)
-        dst_g = group[g.edges[:, 1]] if g.num_edges else np.zeros(0, np.int64)
-        cross = np.flatnonzero(src_g != dst_g)
+        src_g, dst_g = src_all, dst_all
+        cross = np.flatnonzero(between)
         size = np.where(np.isnan(g.edge_bytes), 0.0, g.edge_bytes)[cross]
         fixed = ~np.isnan(g.edge_cost_s[cross])
         fixed_cost = np.where(fixed, g.edge_cost_s[cross], 0.0)

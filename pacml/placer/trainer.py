@@ -1,12 +1,6 @@
-"""Pre-training the learned placer on many tasks, with exact resume and a whole-run time budget.
-
-Tasks are (graph of ``workloads.placement_corpus``'s ``train`` split, device preset, objective),
-built when first drawn. Each update draws ``ppo.tasks_per_update`` tasks, samples ``ppo.batch``
-placements of each and takes a PPO step (:mod:`pacml.placer.ppo`); every ``validate_every``
-updates the greedy placements of fixed validation tasks (training graphs) are priced and the best
-policy is kept as ``placer.pt``. The run directory also holds ``checkpoint.pt`` (+ ``.prev``,
-everything to resume exactly), ``placer_last.pt``, ``metrics.csv``, ``tb/``, ``curve.png``,
-``train_summary.json`` and ``train_config.yaml``.
+"""Pre-training the learned placer on many (graph, device preset, objective) tasks, with exact
+resume and a whole-run time budget; what the run directory holds: docs/learned-placer.md
+("Training").
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pacml.placer.checkpoint import PLACER_FORMAT, save_placer
+from pacml.placer.checkpoint import save_placer
 from pacml.placer.decode import decode
 from pacml.placer.model import NetConfig, PlacerNet
 from pacml.placer.ppo import (
@@ -50,7 +44,6 @@ from workloads.io import atomic_write, atomic_write_json
 log = logging.getLogger(__name__)
 
 
-
 class PlacerTrainer:
     """PPO pre-training over a pool of (graph, devices, objective) tasks.
 
@@ -58,16 +51,9 @@ class PlacerTrainer:
         graphs: Pre-training graphs ``(name, graph)``.
         devices: Device sets ``(name, DeviceSet or None)``; ``None`` means a graph's own device set
             (dnn-partitioning files), skipped for graphs without one.
-        objectives: Objective names.
-        net: Network sizes.
-        ppo: PPO settings.
-        out_dir: Run directory.
         seed: Seed of the task draws, the samples and the initial weights.
         time_budget_s: Wall-time budget of the whole run over all sessions (``None``: no limit).
         max_updates: Stop after this many updates (``None``: no limit).
-        validate_every: Updates between validations.
-        validation_tasks: Number of tasks in the validation set.
-        checkpoint_every: Updates between checkpoints.
         started_at: ``perf_counter()`` the session's time counts from (default: now).
     """
 
@@ -320,6 +306,3 @@ class PlacerTrainer:
                 log.warning("resuming from the previous checkpoint %s: %s", path, "; ".join(problems))
             return path
         raise ConfigError(f"no usable checkpoint: {'; '.join(problems)}", field="resume")
-
-
-__all__ = ["CHECKPOINT", "PLACER_FORMAT", "PREVIOUS_CHECKPOINT", "PlacerTrainer"]

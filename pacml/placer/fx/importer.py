@@ -199,18 +199,8 @@ def save_module_graph(
     path: str | Path,
     **kwargs: Any,
 ) -> Path:
-    """Build the graph of ``module`` (see :func:`graph_from_module`) and write it as JSON.
-
-    Args:
-        module: The model.
-        example_inputs: Inputs for one forward call.
-        path: Destination ``.json`` file (written atomically).
-        **kwargs: Passed to :func:`graph_from_module`; ``name`` defaults to
-            :func:`default_graph_name` (class name + structure hash).
-
-    Returns:
-        The path written.
-    """
+    """Build the graph of ``module`` (:func:`graph_from_module`, given ``kwargs``) and write it
+    atomically as JSON to ``path``; returns the path written."""
     graph = graph_from_module(module, example_inputs, **kwargs)
     return write_json_graph(graph, path, notes=f"built from {type(module).__qualname__} by "
                                                f"pacml.placer.fx.importer (costs={kwargs.get('costs', 'estimate')})")
@@ -333,15 +323,20 @@ def _is_torch_module(mod: nn.Module) -> bool:
     return type(mod).__module__.startswith("torch.nn")
 
 
+# Module types with a FLOP rule of their own (:func:`_module_flops`).
+_CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_CONV_T_MODULES = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+_NORM_MODULES = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm, nn.GroupNorm, nn.LayerNorm)
+_POOL_MODULES = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.LPPool1d,
+                 nn.LPPool2d)
+_ADAPTIVE_POOL_MODULES = (nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.AdaptiveAvgPool1d,
+                          nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d)
+
+
 def _has_cost_rule(mod: nn.Module) -> bool:
     """True for the module types that :func:`_module_flops` costs as one op."""
-    if isinstance(mod, nn.MultiheadAttention | nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
-                  | nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d
-                  | nn.modules.batchnorm._BatchNorm | nn.modules.instancenorm._InstanceNorm
-                  | nn.GroupNorm | nn.LayerNorm | nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d
-                  | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d | nn.LPPool1d | nn.LPPool2d
-                  | nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d
-                  | nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d):
+    if isinstance(mod, (nn.MultiheadAttention, nn.Linear, *_CONV_MODULES, *_CONV_T_MODULES, *_NORM_MODULES,
+                        *_POOL_MODULES, *_ADAPTIVE_POOL_MODULES)):
         return True
     key = type(mod).__name__.lower()
     return key in _CHEAP_MODULE_KEYS or key in _TRANSCENDENTAL_MODULE_KEYS
@@ -668,22 +663,16 @@ def _module_flops(mod: nn.Module, n_out: float, n_in: float,
     bias = n_out if getattr(mod, "bias", None) is not None else 0.0
     if isinstance(mod, nn.Linear):
         return 2.0 * n_out * mod.in_features + bias
-    if isinstance(mod, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+    if isinstance(mod, _CONV_MODULES):
         return 2.0 * n_out * (mod.in_channels // mod.groups) * math.prod(mod.kernel_size) + bias
-    if isinstance(mod, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d):
+    if isinstance(mod, _CONV_T_MODULES):
         return 2.0 * n_in * (mod.out_channels // mod.groups) * math.prod(mod.kernel_size) + bias
-    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.modules.instancenorm._InstanceNorm
-                  | nn.GroupNorm):
-        affine = bool(getattr(mod, "affine", False))
+    if isinstance(mod, _NORM_MODULES):
+        affine = mod.elementwise_affine if isinstance(mod, nn.LayerNorm) else bool(getattr(mod, "affine", False))
         return (_NORM_FLOPS_PER_ELEMENT + (_AFFINE_FLOPS_PER_ELEMENT if affine else 0.0)) * n_out
-    if isinstance(mod, nn.LayerNorm):
-        affine = mod.elementwise_affine
-        return (_NORM_FLOPS_PER_ELEMENT + (_AFFINE_FLOPS_PER_ELEMENT if affine else 0.0)) * n_out
-    if isinstance(mod, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d
-                  | nn.AvgPool3d | nn.LPPool1d | nn.LPPool2d):
+    if isinstance(mod, _POOL_MODULES):
         return n_out * _kernel_elements(mod.kernel_size, len(out.shape) - 2)
-    if isinstance(mod, nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d
-                  | nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d):
+    if isinstance(mod, _ADAPTIVE_POOL_MODULES):
         return n_in
     # Activation modules share their functional names: nn.LeakyReLU ~ leaky_relu.
     key = type(mod).__name__.lower()
