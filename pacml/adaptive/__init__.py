@@ -14,8 +14,6 @@ Read in this order:
   imported by ``policy`` only when ``policy.condition_critics`` names critics).
 - ``train``: ``pacml train-adaptive``: the teacher search and the selector fit.
 
-Imports: the simulator, workloads, ``pacml.runfiles``, ``pacml.shipped``, the per-beta agent
-(``pacml.agent``) and the critics (``pacml.critic``); nothing in ``pacml.agent`` or
-``pacml.critic`` imports this package back, except ``pacml.agent.ppo``'s use of the ``conditions``
-leaf. Order: ``runfiles``, ``shipped`` (leaves) <- ``agent`` <- ``critic`` <- ``adaptive``.
+Imports: the simulator, workloads, ``pacml.runfiles``, ``pacml.shipped``, ``pacml.agent`` and
+``pacml.critic``; neither imports this package back (but ``pacml.agent.ppo`` the ``conditions`` leaf).
 """

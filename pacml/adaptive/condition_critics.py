@@ -64,14 +64,9 @@ def _condition_critic(file: str, name: str) -> tuple[DeviationCritic, Any, float
 
 
 class ConditionCritic:
-    """A per-beta deviation critic that the adaptive agent applies only on its own training condition.
-
-    A critic distilled around a per-beta agent (``pacml distill``) learned the paper's D at its
-    load; elsewhere its advice costs jobs. So it applies only where the
-    condition the agent observes (:class:`pacml.adaptive.selector.ConditionTracker`, a whole window) lies
-    within ``radius`` of the windows of its training condition (read from its
-    ``distill_config.yaml``), in units of each feature's spread over the selector's training
-    conditions, on the same cluster, with the same end-of-horizon accounting and job time scale.
+    """A per-beta deviation critic applied only where the observed condition (a whole window) lies
+    within ``radius`` of the windows of its training condition (from its ``distill_config.yaml``),
+    in units of ``spread``, on the same cluster, accounting and job time scale.
 
     Args:
         name: Critic file, directory or shipped name (e.g. ``paper_betaD_critic``).

@@ -1,17 +1,10 @@
 """The condition grid every adaptive-agent claim is measured on (issue 13; ``benchmarks/adaptive/bench_conditions.py``).
 
-A :class:`Condition` is a named list of ``pacml sim`` Hydra overrides (composed with
-:func:`pacml.agent.env.compose_sim_config`). :data:`GRID` holds the paper scenario at three loads per
-beta plus the conditions where the best rule changes (unseen graphs, Poisson and trace arrivals,
-64- and 512-server clusters, the physical scenario). Each is run on :data:`EVAL_SEEDS`, ten seeds
-no other part of the project uses: training draws episode seeds at or above 1,000,000
-(``pacml.agent.env.TRAIN_SEED_LOW``), validation uses 500,000 and up, and the reports use 0-2.
-
-The *oracle rule* of a condition is the best of :func:`rule_candidates` (``para_max`` and
-``min_feasible(k)`` for every degree ``k`` the cluster offers) by mean blocking over those same
-seeds; :func:`summarise_condition` compares each agent with it by paired per-seed differences.
-
-Pure configuration and statistics: no torch, no simulation.
+A :class:`Condition` is a named list of ``pacml sim`` Hydra overrides; :data:`GRID` holds the
+paper scenario at three loads per beta plus the conditions where the best rule changes, each run
+on :data:`EVAL_SEEDS`. The *oracle rule* of a condition is the best of :func:`rule_candidates` by
+mean blocking over those seeds; :func:`summarise_condition` compares each agent with it. Also the
+random training conditions (:func:`sample_condition`). No torch, no simulation.
 """
 
 from __future__ import annotations
@@ -277,22 +270,12 @@ def sample_condition(rng: np.random.Generator, jobs_per_episode: int = 500, core
 
 
 class ClusterConditions:
-    """Random training conditions of :func:`sample_condition` on one cluster shape: the condition
-    sampler of a PPO run over conditions (``pacml train ppo.random_conditions=true``, the issue's
-    "PPO from scratch" ablation). The draws of :func:`sample_condition` on other clusters are
-    rejected, so the conditions follow the adaptive agent's training distribution given the
-    cluster: loads 0.25x-4x, fixed and Poisson arrivals, beta A-D, uniform and fixed targets, and
-    mixes of the training graphs. Core conditions (0.4x-2.5x the paper's load) are drawn on the
-    paper's RAMP only, so there they are about three quarters of the draws (with
-    ``core_frac=0.5``), elsewhere none. A condition replaces the run's own settings except the
-    cluster (its scenario family's defaults plus the condition's overrides).
-
-    Args:
-        cluster: The run's ``cluster`` config (``num_comm_groups``, ``num_racks_per_group``,
-            ``num_servers_per_rack``, ``max_degree``): one of :data:`TRAIN_CLUSTERS`.
-        jobs_per_episode: Arrivals of each episode.
-        core_frac: Share of core conditions, as in the adaptive agent's teacher search.
-        scenario: The scenario family (``paper`` or ``physical``), as :func:`sample_condition`.
+    """Random training conditions of :func:`sample_condition` on one cluster shape (one of
+    :data:`TRAIN_CLUSTERS`, from the run's ``cluster`` config): the sampler of
+    ``pacml train ppo.random_conditions=true``. Draws on other clusters are rejected, so the
+    conditions follow the adaptive agent's training distribution given the cluster (core
+    conditions only on the paper's RAMP). A condition replaces the run's own settings except the
+    cluster.
     """
 
     def __init__(self, cluster: Any, jobs_per_episode: int = 500, core_frac: float = 0.5,

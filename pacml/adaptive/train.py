@@ -238,9 +238,8 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
             return float(regret.gather(1, pick[:, None]).mean())
 
     finite = lambda t: torch.where(torch.isinf(t), torch.zeros_like(t), t)  # noqa: E731
-    # Above batch_rows samples, each epoch takes a random batch_rows of them (and the train regret
-    # is measured on a fixed random batch_rows): the epoch's cost stops growing with the search,
-    # which the faster teacher search made several times larger. At or below it: every row.
+    # Above batch_rows samples, each epoch (and the train regret) takes a random batch_rows of them,
+    # so an epoch's cost stops growing with the search; at or below it: every row.
     rows_total = xc.shape[0]
     sampler = torch.Generator().manual_seed(cfg.seed)
     probe = (torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows] if rows_total > cfg.batch_rows
@@ -375,20 +374,15 @@ def train(cfg: AdaptiveTrainConfig, out_dir: Path, progress: bool = True,
 # ---------------------------------------------------------------------------- the teacher search
 def teacher_search(overrides: Sequence[str], seeds: Sequence[int], samples_per_episode: int = 24,
                    window: int = WINDOW, block_search: int = 0) -> dict[str, Any]:
-    """Every rule of :func:`rule_candidates` on ``seeds`` of one condition.
+    """Every rule of :func:`rule_candidates` on ``seeds`` of one condition: the rules' labels and
+    features, their blocking rates ``(rules, seeds)`` and condition features sampled along the
+    episodes (from the last ``window`` arrivals; the same for every rule).
 
-    One simulation per seed, decided by the first rule; every rule (the first one too) runs on a
-    :class:`~simulator.policies.lookahead.RolloutCluster` fed the same arrivals (they do not
-    depend on decisions), as the shadow clusters do. The first rule's copy must block exactly
-    what its simulation blocked, counted with the simulation's end-of-horizon accounting; if it
-    ever does not, the condition is simulated rule by rule instead (:func:`teacher_search_full`).
-    Both give the same numbers (``tests/pacml/adaptive/test_train.py``); this one costs about a quarter.
-    ``block_search`` > 0: every rule places its degree as the agent with that setting does
-    (:func:`start_rule`).
-
-    Returns the rules' labels and features, their blocking rates ``(rules, seeds)`` and condition
-    features sampled along the episodes (the same for every rule: they depend only on arrivals),
-    estimated from the last ``window`` arrivals.
+    One simulation per seed, decided by the first rule; every rule runs on a
+    :class:`~simulator.policies.lookahead.RolloutCluster` fed the same arrivals, as the shadow
+    clusters do. If the first rule's copy ever blocks other jobs than its simulation, the condition
+    is simulated rule by rule instead (:func:`teacher_search_full`, the same numbers at about four
+    times the cost). ``block_search`` > 0: the rules place as the agent with that setting does.
     """
     new_sim, topology, rules = _teacher_setup(overrides)
     blocking = np.zeros((len(rules), len(seeds)))

@@ -1,21 +1,11 @@
-"""A Gymnasium environment over the simulator: one step per arriving job.
+"""A Gymnasium environment over the simulator: one step per arriving job (docs/policies.md,
+"Environment").
 
-``reset`` starts a fresh :class:`simulator.simulation.Simulation` episode and returns the first
-job's observation; ``step(action)`` applies ``Decision(degree=action)`` to the pending job,
-rewards its outcome and advances the simulation to the next arrival. The episode terminates when
-the simulation ends (the horizon, spec §8.2); there is no truncation.
-
-Observation (``gymnasium.spaces.Dict``):
-
-* ``graph``: the job's training graph as a ``spaces.Graph`` instance (node, edge features);
-* ``globals``: job and cluster features;
-* ``actions``: one feature row per action (from the shared feasibility function);
-* ``action_mask``: valid actions (``action_masks()`` returns it too, sb3-contrib style).
-
-An action the mask forbids is applied as 0 (reject) and reported in ``info["invalid_action"]``.
-The placer, lookahead and graph-feature caches persist across episodes, so later episodes run
-faster. Training episode seeds are drawn from ``[TRAIN_SEED_LOW, 2**31)``, disjoint from the
-evaluation seeds (below ``TRAIN_SEED_LOW``).
+``step(action)`` applies ``Decision(degree=action)`` to the pending job, rewards its outcome and
+advances to the next arrival; the episode terminates when the simulation ends (no truncation).
+A masked action is applied as 0 (reject) and reported in ``info["invalid_action"]``. Caches
+persist across episodes. Training episode seeds lie in ``[TRAIN_SEED_LOW, 2**31)``, above every
+evaluation seed.
 """
 
 from __future__ import annotations

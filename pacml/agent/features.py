@@ -14,14 +14,11 @@ so a trained agent sees identical inputs in both.
   degree, 0 rejects): is reject, a / max degree, in the action set, enough free servers,
   placeable now, meets the target, JCT / target, servers held / cluster size, extra servers
   beyond ``a`` / a, free blocks of size ``a`` / all blocks of size ``a``, and the server-time the
-  job would hold, in cluster-interarrival units (log-scaled). These come from the simulator's
-  shared feasibility function, so the agent's inputs are the same facts heuristics use.
-* **Cluster state** (used by the deviation critic, :mod:`pacml.critic`): per server, ``[held,
-  log(1 + time until its job ends / mean inter-arrival)]``; per action, the servers first fit would
-  give the job (a 0/1 row over servers) and ``log(1 + JCT / mean inter-arrival)``. Unlike the
-  summaries above, these say *which* servers are busy, until when, and which ones each degree takes.
-* **Mask**: from the same feasibility function (``feasible`` by default: placeable and meeting the
-  target; reject is always allowed).
+  job would hold, in cluster-interarrival units (log-scaled), all from the shared feasibility
+  function.
+* **Cluster state** (the deviation critic's, :func:`server_features`, :func:`take_features`):
+  *which* servers are busy, until when, and which ones each degree takes.
+* **Mask**: from the same feasibility function (reject is always allowed).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The GNN actor-critic: a PyG graph encoder, a global-feature MLP, and a per-action scorer.
+"""The GNN actor-critic: a PyG graph encoder, a global-feature MLP, and a per-action scorer
+(docs/policies.md, "Model").
 
-The job graph is encoded by GINE message passing (edge features enter every layer; messages flow
-both along and against the dependency direction, marked by an edge flag), then read out with
-mean and max pooling. That embedding depends only on the graph, so it is computed once per
-distinct graph in a batch (and cached between parameter updates by the callers). The trunk joins
-it with the global features; each action is scored by one shared MLP over the trunk output and
-that action's features, so the policy scores degrees by what they would do (placeable, JCT vs
-target, servers held) rather than by their index. Invalid actions get ``-1e9`` logits, hence zero
-probability.
+The graph embedding depends only on the graph, so callers compute it once per distinct graph.
+Each action is scored by one shared MLP over the trunk and that action's features (what the
+degree would do, not its index); invalid actions get ``-1e9`` logits.
 """
 
 from __future__ import annotations
@@ -35,19 +31,8 @@ def graph_data(feats: GraphFeatures) -> Data:
 
 
 class GraphEncoder(nn.Module):
-    """GINE message passing over a job DAG in both directions, with mean+max readout.
-
-    Args:
-        in_channels: Node feature size.
-        edge_channels: Edge feature size.
-        hidden_channels: Width of every layer.
-        num_layers: Message-passing rounds.
-
-    Shapes:
-        input: node features ``(|V|, in_channels)``, edge index ``(2, |E|)``, edge features
-        ``(|E|, edge_channels)``, batch vector ``(|V|,)``.
-        output: graph embeddings ``(num_graphs, 2 * hidden_channels)``.
-    """
+    """GINE message passing over a job DAG in both directions (``num_layers`` rounds), with
+    mean+max readout: graph embeddings ``(num_graphs, 2 * hidden_channels)``."""
 
     def __init__(self, in_channels: int = NODE_FEATURES, edge_channels: int = EDGE_FEATURES,
                  hidden_channels: int = 64, num_layers: int = 3) -> None:
@@ -76,15 +61,8 @@ class GraphEncoder(nn.Module):
 class ActorCritic(nn.Module):
     """Masked policy logits and a value from (graph embedding, globals, action features).
 
-    Args:
-        hidden_channels: Width of the GNN and the MLPs.
-        num_layers: GNN rounds.
-        global_features: Size of the global feature vector.
-        action_features: Size of each action's feature row.
-
-    Shapes:
-        ``forward(graph_emb (B, 2H), globals (B, G), actions (B, A, F), mask (B, A))`` returns
-        logits ``(B, A)`` and values ``(B,)``.
+    ``forward(graph_emb (B, 2H), globals (B, G), actions (B, A, F), mask (B, A))`` returns
+    logits ``(B, A)`` and values ``(B,)``.
     """
 
     def __init__(self, hidden_channels: int = 64, num_layers: int = 3, global_features: int = GLOBAL_FEATURES,

@@ -1,23 +1,10 @@
 """PPO with action masking and GAE, in one readable training loop (CleanRL style).
 
-One update = collect ``num_steps`` decisions from each of ``num_envs`` environments (stepped in
-lock-step, their policy evaluated in one batch), compute GAE advantages, then run
-``update_epochs`` passes of clipped-surrogate minibatch updates. Graph embeddings are computed
-once per distinct graph: during rollouts they are cached (parameters do not change), and each
-minibatch embeds only the distinct graphs it holds.
-
-Everything that decides the next update is checkpointed atomically: parameters, optimizer, the
-torch and numpy RNG states, and each environment's episode seed, actions so far and RNG state
-(the simulator is deterministic, so replaying those actions rebuilds the environment exactly).
-Resuming from a checkpoint therefore gives the same next update as not stopping. Each save keeps
-the one before as ``checkpoint.prev.pt``, so a damaged ``checkpoint.pt`` costs only the updates
-since the previous save (:meth:`Trainer.resume` falls back to it and says so).
-
-The time budget (``time_budget_s``, summed over resumed sessions, counted from the trainer's
-creation) covers every phase: the warm start gets at most ``warmstart_budget_frac`` of it (teacher
-choice, teacher episodes, imitation and its validation each stop at their share, checking the clock
-inside their loops), and PPO starts an update or a validation only if its last measured duration
-still fits before the final checkpoint, which always gets written.
+One update collects ``num_steps`` decisions from each of ``num_envs`` lock-stepped environments,
+computes GAE advantages and runs ``update_epochs`` passes of clipped-surrogate minibatch updates;
+each distinct graph is embedded once per rollout or minibatch. Checkpoints hold everything the
+next update depends on, so a resumed run makes the same next update; the time budget covers every
+phase, the warm start included (docs/policies.md, "The per-beta agents").
 """
 
 from __future__ import annotations
@@ -59,8 +46,6 @@ from workloads.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-"""The checkpoint before the latest (kept so a damaged ``checkpoint.pt`` is not the end of a run)."""
-
 #: Seconds always kept free for the final checkpoint and the summary (twice the last save if longer).
 DEFAULT_SAVE_RESERVE_S = 1.0
 
@@ -85,18 +70,10 @@ def postfix_value(value: float) -> str:
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
                 gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over a ``(T, N)`` rollout.
+    """Generalised advantage estimation over a ``(T, N)`` rollout: ``(advantages, returns)``.
 
-    Args:
-        rewards: Reward of step t.
-        values: Value estimate of the observation at step t.
-        dones: 1 if the episode terminated *at* step t (no bootstrap through it).
-        next_value: Value of the observation after the last step ``(N,)``.
-        gamma: Discount.
-        gae_lambda: GAE lambda.
-
-    Returns:
-        ``(advantages, returns)``, each ``(T, N)``; returns = advantages + values.
+    ``dones[t]`` is 1 if the episode terminated at step t (no bootstrap through it);
+    ``next_value`` ``(N,)`` values the observation after the last step.
     """
     steps = rewards.shape[0]
     advantages = torch.zeros_like(rewards)
@@ -113,13 +90,9 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
 class Trainer:
     """Owns the environments, the model and the loop; see the module docstring.
 
-    Args:
-        sim_config: The simulator config the environments run (a composed ``conf/sim.yaml``).
-        ppo: Hyper-parameters.
-        out_dir: Where checkpoints, logs and policies go.
-        reward: Reward function (default: +1 accepted / -1 blocked).
-        started_at: ``perf_counter()`` value at which this session's time budget started (e.g.
-            the process start, for a console command); default: now.
+    ``sim_config`` is a composed ``conf/sim.yaml``; ``reward`` defaults to +1 accepted / -1
+    blocked; ``started_at`` is the ``perf_counter()`` value the session's budget counts from
+    (default: now).
     """
 
     def __init__(self, sim_config: DictConfig, ppo: PPOConfig, out_dir: str | Path,

@@ -1,23 +1,10 @@
-"""Distil a decision-time planner into a deviation critic for the agent (``pacml distill``).
+"""Distil the rollout planner around a trained agent into a deviation critic (``pacml distill``).
 
-The rollout planner (:class:`simulator.policies.lookahead.RolloutLookahead`) wrapped around a
-trained agent blocks fewer jobs than the agent, but costs hundreds of milliseconds per decision.
-Distillation keeps the planner's quality at the agent's cost, in two phases:
-
-1. **Demonstrations.** The planner (default action: the agent) runs episodes of the training
-   distribution on training seeds (never the evaluation or validation seeds). For every arrival
-   we keep the encoder's observation, the planner's action, the agent's action and the
-   planner's expected blocked jobs per candidate degree. Each episode is one ``.npz`` shard
-   written atomically, so an interrupted collection resumes where it stopped; episodes run in
-   ``workers`` processes.
-2. **Critic.** A :class:`pacml.critic.model.DeviationCritic` learns the planner's expected blocked jobs
-   per degree, and its margin is picked on validation seeds, the agent alone (no override)
-   included: distillation never ships a critic that validated worse than the agent it corrects.
-
-The result is ``critic.pt`` (``policy=pacml_critic policy.critic=...``, or one of the adaptive
-agent's ``policy.condition_critics``). Fine-tuning the agent's own network on the planner's
-actions was tried and left the agent where it was: the planner's changes are few, marginal and
-noisy labels.
+Two phases (docs/policies.md, "Deviation critic"): planner episodes on training seeds, one atomic
+``.npz`` shard each (so a re-run resumes), in ``workers`` processes; then the critic
+(:class:`pacml.critic.model.DeviationCritic`) fits the planner's expected blocked jobs per degree,
+and its margin is picked on validation seeds, the agent alone included, so distillation never
+ships a critic that validated worse than the agent it corrects.
 """
 
 from __future__ import annotations
@@ -57,27 +44,10 @@ DISTILL_SEED_BASE = TRAIN_SEED_LOW + 7_000_000
 
 @dataclass
 class DistillConfig:
-    """Settings of one distillation run.
+    """Settings of one distillation run (``distill`` in ``conf/distill.yaml``, which comments each).
 
-    Attributes:
-        checkpoint: The agent to start from (file, run directory or shipped name).
-        episodes: Planner episodes to collect (each one full simulation of the run's config).
-        workers: Processes collecting episodes in parallel.
-        window_jobs: Planner rollout length (arrivals).
-        num_futures: Planner futures per decision.
-        margin_jobs: Planner margin (expected blocked jobs) to leave the agent's action.
-        seed: Offset of the episode seeds (``DISTILL_SEED_BASE + 1000 * seed + i``) and the
-            critic's training seed.
-        eval_seeds: Validation seeds (never evaluation seeds 0-2) on which the margin is picked; 16,
-            because 4 let a brittle network through.
-        time_budget_s: Stop collecting new episodes after this much wall time (``None``: no limit);
-            the critic is fitted on what was collected.
-        torch_threads: Torch threads per process.
-        critic_epochs, critic_hidden: Critic training settings.
-        critic_margins: Margins (expected blocked jobs) tried on the validation seeds; the agent
-            alone (no override) is always a candidate too.
-        demos_dir: Fit on the demonstrations already in this directory (the ``demos/`` of an
-            earlier run) instead of collecting.
+    ``seed`` offsets the episode seeds (``DISTILL_SEED_BASE + 1000 * seed + i``) and seeds the
+    critic; ``time_budget_s`` stops the collection, and the critic fits what was collected.
     """
 
     checkpoint: str = "paper_betaD"
@@ -269,9 +239,6 @@ def distill(sim_config: DictConfig, cfg: DistillConfig, out_dir: Path, progress:
     summary.update({"episodes": len(paths), "collect_wall_s": collect_s, "wall_s": time.perf_counter() - start})
     atomic_write_json(out_dir / "distill_summary.json", summary)
     return summary
-
-
-__all__ = ["DISTILL_SEED_BASE", "DistillConfig", "collect", "collect_episode", "distill", "fit_critic", "load_demos"]
 
 
 # ---------------------------------------------------------------------------------- CLI

@@ -1,13 +1,10 @@
 """Sequential placement of a :class:`~pacml.placer.problem.GroupProblem`, many rollouts at once.
 
-Groups are placed one by one in the problem's order. Before each decision every device is priced
-from the partial placement as a list scheduler would (inputs' arrival, earliest finish, transfer
-time added, compute and communication load, memory; under ``pipeline`` the objective's own loads,
-:mod:`pacml.placer.pipeline_loads`), and the policy's MLP scores these features, the device's own
-and the group's embedding; a masked softmax picks the device. Nothing names a device, so equal
-devices in equal states score equally. The MLP runs in numpy (weights from
-:meth:`pacml.placer.model.PlacerNet.scorer_weights`); :class:`Rollout` keeps every decision's
-features so the PPO update recomputes the same logits in torch.
+Groups are placed one by one; before each decision every device is priced from the partial
+placement as a list scheduler would, and the policy's MLP (numpy, weights from
+:meth:`pacml.placer.model.PlacerNet.scorer_weights`) scores it (docs/learned-placer.md, "How it
+places"). :class:`Rollout` keeps every decision's features so the PPO update recomputes the same
+logits in torch.
 """
 
 from __future__ import annotations

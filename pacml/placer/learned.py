@@ -1,12 +1,7 @@
 """``method=learned``: the pre-trained GNN + PPO placer behind the common placer interface.
 
-Modes: ``greedy`` (zero-shot, one evaluation), ``sample`` (best of ``samples`` and the greedy one)
-and ``finetune`` (GDP's PPO on this one task from the pre-trained weights until
-``max_evaluations``; reward scale = the greedy value; the best placement seen is returned).
-Sampling and fine-tuning start from the policy at ``temperature`` (logits divided by it), since
-pre-training leaves it nearly deterministic. A graph of more than ``max_groups`` groups is first
-coarsened (:class:`simulator.place.coarsen.CoarsenedPlacer`) and refined with up to
-``refine_evaluations`` single-group moves.
+Modes ``greedy``, ``sample`` and ``finetune``, and coarsening of big graphs: docs/learned-placer.md
+("Modes and big graphs").
 """
 
 from __future__ import annotations

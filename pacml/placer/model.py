@@ -1,16 +1,11 @@
 """The learned placer's network: a GNN over the group graph and a per-device scorer (PyG).
 
-* Encoder: static group features, then ``layers`` rounds of GraphSAGE mean aggregation from
-  predecessors and from successors (summed, residual); a mean and max pool is the graph context.
-* Scorer: an MLP on ``[group embedding, context, device step features]``, one logit per device,
-  plus ``prior`` (initially 5) x the indicator of the earliest-finish device (``pipeline``: the
-  lowest maximum load), so the untrained policy is a list scheduler; its first layer splits into
-  a per-group and a per-device part.
-
-``use_edges=False`` drops the message passing (the ablation of graph structure).
-``decoder="oneshot"`` is GDP's design (Zhou et al. 2019): position encodings, self-attention over
-the group sequence and every group's logits at once, with a learned device *slot* embedding (so it
-is not permutation-aware). See docs/learned-placer.md ("How it places").
+Encoder: static group features, then ``layers`` rounds of GraphSAGE mean aggregation from
+predecessors and successors (summed, residual), mean and max pooled as the graph context.
+Scorer: an MLP on ``[group embedding, context, device step features]`` plus ``prior`` x the
+earliest-finish indicator; its first layer splits into a per-group and a per-device part.
+``use_edges=False`` drops the message passing; ``decoder="oneshot"`` is GDP's design. See
+docs/learned-placer.md ("How it places").
 """
 
 from __future__ import annotations
