@@ -93,11 +93,9 @@ class ClusterEnv(gym.Env[dict, int]):
         placement_candidates: 0: the action is the degree and first-fit places the job.
             ``K > 0``: learned placement; the action picks one of the first ``K`` free blocks of
             a degree and the job is placed inside it (``pacml.agent.features.placement_candidates``).
-        condition_sampler: Draws each training episode's condition (Hydra overrides of the
-            simulator config, on this env's cluster) from the env's RNG, e.g.
-            :class:`pacml.adaptive.conditions.ClusterConditions`. ``None``: every episode runs ``sim_config``.
-            An episode reset with ``options={"sim_seed": s}`` (evaluation) runs ``sim_config``
-            unless ``options["condition"]`` names one.
+        condition_sampler: Draws each training episode's condition (Hydra overrides, on this env's
+            cluster) from the env's RNG, e.g. :class:`pacml.adaptive.conditions.ClusterConditions`;
+            ``None``, or a reset with ``options={"sim_seed": s}``: ``sim_config``.
     """
 
     metadata = {"render_modes": []}

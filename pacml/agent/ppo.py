@@ -513,11 +513,8 @@ class Trainer:
                 "ppo": asdict(self.cfg), "sim_config": OmegaConf.to_container(self.sim_config, resolve=True)}
 
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoint.pt`` atomically (and the latest policy as ``policy_last.pt``).
-
-        A ``checkpoint.pt`` this run wrote or read successfully is kept as ``checkpoint.prev.pt``
-        first (hard-linked, then renamed, so some ``checkpoint.pt`` exists at every instant).
-        """
+        """Write ``checkpoint.pt`` (:func:`pacml.runfiles.write_checkpoint`, keeping one this run
+        wrote or read as ``checkpoint.prev.pt``) and the latest policy as ``policy_last.pt``."""
         t0 = time.perf_counter()
         self.elapsed_s = self.elapsed()
         path = write_checkpoint(self.out, self.state_dict(), keep_previous=self._checkpoint_good)
@@ -580,14 +577,8 @@ class Trainer:
 
     def resume(self, target: str | Path) -> Path:
         """Restore from a run directory's ``checkpoint.pt`` (or a checkpoint file), falling back to
-        ``checkpoint.prev.pt`` beside it if that one is damaged; says which in one log line.
-
-        Returns:
-            The checkpoint file used.
-
-        Raises:
-            ConfigError: (field ``resume``) neither file is usable.
-        """
+        ``checkpoint.prev.pt`` beside it if that one is damaged; returns the file used (a
+        ConfigError on ``resume`` if neither is usable)."""
         target = Path(target)
         first = target / CHECKPOINT if target.is_dir() else target
         candidates = [first]
