@@ -190,12 +190,9 @@ def decode(problem: GroupProblem, weights: ScorerWeights | OneShotWeights, *, ba
         else:
             c_out_sum = np.zeros((b, d))
         dur = np.where(run, p.first_pass_s[grp], 0.0)
-        if weights.insertion:
-            start = earliest_starts(busy_start, busy_end, busy_n, ready, dur)
-            eft = start + dur
-        else:
-            start = np.maximum(avail, ready)
-            eft = start + dur
+        start = (earliest_starts(busy_start, busy_end, busy_n, ready, dur) if weights.insertion
+                 else np.maximum(avail, ready))
+        eft = start + dur
         # Outputs to consumers placed earlier (colour classes, coarsened clusters) delay them:
         # the candidate's cost counts them on top of its own finish time.
         cost = eft + c_out_sum if weights.cost_outputs else eft
