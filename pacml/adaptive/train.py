@@ -16,7 +16,6 @@ processes still running at its deadline are stopped and their conditions dropped
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -48,7 +47,7 @@ from pacml.adaptive.selector import (
     save_adaptive,
 )
 from pacml.agent.env import TRAIN_SEED_LOW, compose_sim_config
-from pacml.runfiles import apply_resume_overrides  # also registers pacml_resume_output_subdir
+from pacml.runfiles import apply_resume_overrides, write_metrics_csv  # also registers the resolvers
 from simulator.build import build_feasibility, build_simulation, build_topology, build_workload
 from simulator.cli import HydraCommand, override_keys, preflight, report_user_errors
 from simulator.config import MAX_SEED, dataclass_rules, validate_config
@@ -250,10 +249,8 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
         if time.monotonic() >= deadline:
             log.info("fit: time budget reached after %d epochs", epoch)
             break
-        if rows_total > cfg.batch_rows:
-            batch = torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows]
-        else:
-            batch = torch.arange(rows_total)
+        batch = (torch.randperm(rows_total, generator=sampler)[: cfg.batch_rows] if rows_total > cfg.batch_rows
+                 else torch.arange(rows_total))
         # One Adam step per epoch.
         opt.zero_grad()
         p = torch.softmax(scores(xc[batch], xr[batch], reg[batch]), dim=1)
@@ -269,10 +266,7 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
             if epoch % 50 == 0:  # the fit takes minutes: show it moving
                 log.info("fit epoch %d/%d: train regret %.4f, validation %.4f (best %.4f at epoch %d)", epoch,
                          cfg.epochs, tr, va, best[0], best[2])
-    with (out_dir / "metrics.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["epoch", "loss", "train_regret", "val_regret"])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_metrics_csv(out_dir / "metrics.csv", rows)
     assert best[1] is not None
     return SelectorWeights(best[1]), {"best_epoch": best[2], "val_regret": best[0],
                                       "train_regret": rows[-1]["train_regret"] if rows else math.nan}
