@@ -138,10 +138,10 @@ class Trainer:
                                                    for c in self.val_conditions), list(ppo.eval_seeds))
         self._condition_scenario = sampler.scenario if sampler is not None else None
         self._val_setups: list[tuple[Any, Any]] | None = None
-        first = ClusterEnv(sim_config, mask=ppo.mask, reward=reward,  # type: ignore[arg-type]
-                           placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
-        self.envs = [first] + [ClusterEnv(sim_config, mask=ppo.mask, reward=reward, share_with=first,  # type: ignore[arg-type]
-                                          placement_candidates=ppo.placement_candidates, condition_sampler=sampler)
+        env_args = {"mask": ppo.mask, "reward": reward, "placement_candidates": ppo.placement_candidates,
+                    "condition_sampler": sampler}
+        first = ClusterEnv(sim_config, **env_args)  # type: ignore[arg-type]
+        self.envs = [first] + [ClusterEnv(sim_config, share_with=first, **env_args)  # type: ignore[arg-type]
                                for _ in range(ppo.num_envs - 1)]
         self.model = ActorCritic(hidden_channels=ppo.hidden_channels, num_layers=ppo.num_layers,
                                  action_features=first.encoder.num_action_features)
