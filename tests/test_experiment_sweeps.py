@@ -56,13 +56,16 @@ def test_load_sweep_covers_five_loads_for_four_policies() -> None:
 
 def test_pipeline_hetero_builds_every_swept_combination() -> None:
     """Reported seeds only (>= 100), and every swept policy and stage placer builds on every swept
-    cluster (one bad pair would stop the whole sweep)."""
+    cluster, each at its own load (one bad pair would stop the whole sweep)."""
     cfg = compose_experiment("pipeline_hetero")
     params = cfg.hydra.sweeper.params
     assert cfg.hydra.runtime.choices.scenario == "pipeline" and min(map(int, params.seed.split(","))) >= 100
-    for cluster, placer in itertools.product(params.cluster.split(","), params["sim.pipeline.stage_placer"].split(",")):
-        check_buildable(compose_sim_config(["experiment=pipeline_hetero", f"cluster={cluster}",
-                                            f"sim.pipeline.stage_placer={placer}"]))
+    for cluster, placer in itertools.product(params["+pipeline_cluster"].split(","),
+                                             params["sim.pipeline.stage_placer"].split(",")):
+        sim = compose_sim_config(["experiment=pipeline_hetero", f"+pipeline_cluster={cluster}",
+                                  f"sim.pipeline.stage_placer={placer}"])
+        assert ("server_kinds" in sim.cluster) == (cluster != "ramp32")
+        check_buildable(sim)
     for policy in params.policy.split(","):
         build_policy(compose_sim_config(["experiment=pipeline_hetero", f"policy={policy}"]))
 
