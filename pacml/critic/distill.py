@@ -88,9 +88,7 @@ def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, p
     planner.reset(sim_seed)
     env.reset(options={"sim_seed": sim_seed})
     n_actions = env.action_space.n
-    keys: list[str] = []
-    globals_, actions, masks, chosen, agent_actions, scores = [], [], [], [], [], []
-    servers, takes = [], []
+    steps: list[dict[str, Any]] = []
     enc = agent.encoder
     terminated, info = False, {}
     while not terminated:
@@ -101,27 +99,20 @@ def collect_episode(sim_config: DictConfig, cfg: DistillConfig, sim_seed: int, p
         row = np.full(n_actions, np.nan, dtype=np.float32)
         for degree, score in planner.last_scores.items():
             row[degree] = score
-        keys.append(raw["graph"].key)
-        globals_.append(raw["globals"])
-        actions.append(raw["actions"])
-        masks.append(raw["action_mask"])
-        chosen.append(decision.degree)
-        agent_actions.append(agent_action)
-        scores.append(row)
-        servers.append(server_features(state, enc.fallback_interarrival_s))
-        takes.append(take_features(state, enc.max_degree, enc.fallback_interarrival_s))
+        steps.append({"graph_key": raw["graph"].key, "globals": raw["globals"], "actions": raw["actions"],
+                      "mask": raw["action_mask"], "action": decision.degree, "agent_action": agent_action,
+                      "scores": row, "servers": server_features(state, enc.fallback_interarrival_s),
+                      "take": take_features(state, enc.max_degree, enc.fallback_interarrival_s)})
         _, _, terminated, _, info = env.step(decision.degree)
-    data = {"graph_key": np.array(keys), "globals": np.stack(globals_), "actions": np.stack(actions),
-            "mask": np.stack(masks), "action": np.array(chosen, dtype=np.int64),
-            "agent_action": np.array(agent_actions, dtype=np.int64), "scores": np.stack(scores),
-            "servers": np.stack(servers), "take": np.stack(takes)}
+    data = {k: np.array([s[k] for s in steps], dtype=np.int64 if k in ("action", "agent_action") else None)
+            for k in steps[0]}
 
     def write(fh: Any) -> None:
         np.savez_compressed(fh, **data)
 
     atomic_write(path, write)
     summary = info["summary"]
-    return {"seed": sim_seed, "decisions": len(chosen), "changed": int(np.sum(data["action"] != data["agent_action"])),
+    return {"seed": sim_seed, "decisions": len(steps), "changed": int(np.sum(data["action"] != data["agent_action"])),
             "blocking_rate": float(summary["blocking_rate"])}
 
 
