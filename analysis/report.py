@@ -260,8 +260,12 @@ def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path
     splits = [c for c in groups if c not in ("policy", "mean_interarrival_s") and runs[c].nunique(dropna=False) > 1]
     split_text = ", ".join("β" if c == "beta" else c for c in splits) or "nothing (one setting)"
     loads = sorted(runs["mean_interarrival_s"].dropna().unique())
+    others = [c for c in groups if c != "mean_interarrival_s"]
+    # A load that follows another key (each cluster at its own load) is no load axis: nothing to pick.
+    follows = bool(others) and runs.groupby(others, dropna=False)["mean_interarrival_s"].nunique().max() <= 1
+    load_axis = len(loads) > 1 and not follows
     at_load, where = runs, ""
-    if len(loads) > 1:
+    if load_axis:
         save(plot_blocking_vs_load(runs, by=groups, styles=styles), "blocking_vs_load", "Blocking rate vs load",
              "Blocking rate against mean inter-arrival time (load grows to the right), one line per "
              f"policy, one panel per value of {split_text}; bands: {note}; hollow markers: each "
@@ -275,7 +279,7 @@ def _write_figures(runs: pd.DataFrame, all_jobs: pd.DataFrame, figures_dir: Path
     matches_paper = len(paper_runs(at_load)) == len(at_load)
     reference = {"blocking_rate": PAPER_BLOCKING_RATE,
                  "demand_throughput_Bps": PAPER_DEMAND_THROUGHPUT_BPS} if matches_paper else None
-    bar_groups = [c for c in groups if c != "mean_interarrival_s"] if len(loads) > 1 else groups
+    bar_groups = others if load_axis else groups
     save(plot_policy_bars(at_load, reference=reference, by=bar_groups, styles=styles), "policy_bars",
          "Blocking rate and throughput per setting",
          f"Blocking rate (top) and demand throughput (bottom){where}, one group of bars per value of "

@@ -4,6 +4,7 @@ is written beside them, policies keep their own names and styles, links survive 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -223,3 +224,18 @@ def test_figures_of_one_load_of_several_name_it_as_shown_not_held_fixed(
     assert "shown at" not in titles["blocking_vs_load"]
     text = (tmp_path / "report.md").read_text()
     assert "at mean inter-arrival time 1000 profile time units (one of the 2 swept)" in text
+
+
+def test_a_load_that_follows_the_cluster_is_no_load_axis(cluster_sweep: Path, tmp_path: Path) -> None:
+    """Each cluster at its own load (experiment=pipeline_hetero): every figure shows both clusters
+    (no load is picked), and there is no load curve of one point per cluster."""
+    sweep = tmp_path / "sweep"
+    for run in cluster_sweep.iterdir():
+        if "cluster=ramp32,mean_interarrival_s=500.0" in run.name or "cluster=ramp64,mean_interarrival_s=1000.0" in run.name:
+            shutil.copytree(run, sweep / run.name)
+    build_report(sweep, tmp_path / "report")
+    figures = tmp_path / "report" / "figures"
+    bars = pd.read_csv(figures / "policy_bars.csv")
+    assert set(zip(bars["cluster"], bars["mean_interarrival_s"], strict=True)) == {("ramp32", 500.0), ("ramp64", 1000.0)}
+    assert not (figures / "blocking_vs_load.csv").exists()
+    assert set(pd.read_csv(figures / "jct_cdf.csv")["cluster"]) == {"ramp32", "ramp64"}
