@@ -2,7 +2,7 @@
 
 A combination is a degree rule (conf/policy: min_feasible, min_feasible_4, para_min, para_max,
 sequential), a block rule (policy.block_search 0 or 64, where the rule has one) and a stage placer
-(sim.pipeline.stage_placer: pipedream, dp_mixed, single; dp equals dp_mixed on one kind and refuses
+(sim.pipeline.stage_placer: pipedream, dp_mixed, single; dp, the max-load cut of all servers, refuses
 mixed blocks). For each (cluster, beta, load) the script prints the combination of least mean
 blocking over the seeds (tuning seeds 0-4; seeds >= 100 are held out) with its standard error, and
 whether it lies in issue 45's band (5-40 %). ``--floors`` prints instead, per beta, the share of

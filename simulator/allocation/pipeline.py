@@ -328,6 +328,8 @@ def build_pipeline(topology: RampTopology, node: Mapping[str, Any], partitioner:
     settings = pipeline_config(node)
     name = settings.stage_placer
     method = method_node(name)
+    if "minimise" in method:  # dp_mixed: the cut of the shortest iteration under this schedule and M
+        method.minimise, method.schedule, method.micro_batches = "iteration", settings.schedule, settings.micro_batches
     try:
         placer = instantiate_checked(method, "sim.pipeline.stage_placer")
     except OmegaConfBaseException as exc:

@@ -30,7 +30,8 @@ from scipy.sparse.csgraph import connected_components
 
 from simulator.errors import ConfigError
 from simulator.place.heuristics import PipeDreamPlacer
-from simulator.place.objectives import BoundObjective, PipelineObjective
+from simulator.place.objectives import BoundObjective, PipelineObjective, PlacementError
+from simulator.place.pipeline_schedule import SCHEDULES, iteration_time_s, stage_costs
 from simulator.place.placer import (
     Placer,
     PlacerResult,
@@ -693,24 +694,40 @@ class MixedDPPlacer(DPPlacer):
     states, not the orders' ``k! / prod(n_g!)``); the stages of a group go to its devices in
     index order. ``order=given``: stage ``i`` on device ``i`` (the device set's order; a device
     may stay empty). Same caps and fallback as :class:`DPPlacer`, plus ``max_cells`` (states x
-    ideals: the table's memory). docs/op-placement.md ("dp_mixed").
+    ideals: the table's memory). ``minimise=iteration`` (``scenario=pipeline``'s stage placer)
+    returns, among the table's best cut of every state (every count of devices used per group),
+    the one whose iteration under ``schedule`` and ``micro_batches`` is shortest; ``max_load``
+    (``pacml place``) the cut of all devices. docs/op-placement.md ("dp_mixed").
 
     Args:
         order: ``best`` (every order of the kinds) or ``given`` (the devices' order).
         max_cells: Cap on states x ideals.
+        minimise: ``max_load`` (the objective) or ``iteration`` (one pipeline iteration).
+        schedule: ``1f1b`` or ``gpipe`` (``minimise=iteration`` only).
+        micro_batches: ``M`` per iteration (``minimise=iteration`` only).
     """
 
     name = "dp_mixed"
 
     def __init__(self, max_states: int = 200_000, max_pairs: int = 50_000_000, fallback: Any = None,
-                 order: str = "best", max_cells: int = 20_000_000) -> None:
+                 order: str = "best", max_cells: int = 20_000_000, minimise: str = "max_load",
+                 schedule: str = "1f1b", micro_batches: int = 8) -> None:
         super().__init__(max_states, max_pairs, fallback)
         if order not in ("best", "given"):
             raise ConfigError(f"must be best or given, got {order!r}", field="method.order")
         if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
             raise ConfigError(f"must be an integer >= 1, got {max_cells!r}", field="method.max_cells")
+        if minimise not in ("max_load", "iteration"):
+            raise ConfigError(f"must be max_load or iteration, got {minimise!r}", field="method.minimise")
+        if schedule not in SCHEDULES:
+            raise ConfigError(f"must be {' or '.join(SCHEDULES)}, got {schedule!r}", field="method.schedule")
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ConfigError(f"must be an integer >= 1, got {micro_batches!r}", field="method.micro_batches")
         self.order = order
         self.max_cells = max_cells
+        self.minimise = minimise
+        self.schedule = schedule
+        self.micro_batches = micro_batches
 
     def check(self, objective: BoundObjective) -> None:
         """Refuse an objective other than ``pipeline`` or links of different speeds (any devices)."""
@@ -719,7 +736,11 @@ class MixedDPPlacer(DPPlacer):
                               field="objective")
         _node_send_time_s(objective, quiet=True)
 
-    def _solve(self, objective: BoundObjective) -> PlacerResult:
+    def _table(self, objective: BoundObjective):
+        """The DP: ``(info, values, read, counts, uniform)``: ``values[s]`` is the least max load of
+        the whole graph on the devices of state ``s`` (a device may stay empty), ``read(s)`` its cut
+        (node -> device), ``counts(s)`` the devices of each group that state has, ``uniform``
+        whether the table prices every transfer exactly (:func:`_node_send_time_s`)."""
         g, dev = objective.graph, objective.devices
         send_s, uniform_outputs = _node_send_time_s(objective)
         if self.order == "given":
@@ -753,8 +774,7 @@ class MixedDPPlacer(DPPlacer):
         sig_a, sig_b, sig_cost = _signatures(g, cg, send_s)
         dp, back_j, back_e = _staged_kernel(ideals, sizes, grp_t, grp_bad, cap, comm, owned @ g.memory_bytes,
                                             sig_a, sig_b, sig_cost, ptr, pred, grp)
-        s, i = num_states - 1, m - 1
-        best = float(dp[s, i])
+        best = float(dp[num_states - 1, m - 1])
         info: dict[str, Any] = {"dp_states": m, "dp_pairs": int(pairs), "dp_nodes": cg.num_nodes,
                                 "dp_device_states": num_states, "dp_order": self.order,
                                 "optimal": uniform_outputs and math.isfinite(best), "dp_value_s": best,
@@ -763,29 +783,90 @@ class MixedDPPlacer(DPPlacer):
             info["optimal_for"] = ("pipeline objective, among contiguous splits and "
                                    + ("every order of the device kinds" if self.order == "best"
                                       else "the devices' order"))
+        num_trans = len(pred)
+
+        def read(s: int) -> NDArray[np.int64]:
+            free = [list(x) for x in groups]  # the last stage of a group takes its last device
+            placement_of_class = np.full(cg.num_nodes, -1, dtype=np.int64)
+            i = m - 1
+            while i != 0:
+                e, j = int(back_e[s, i]), int(back_j[s, i])
+                if e >= num_trans:  # the device left empty
+                    s = int(pred[e - num_trans])
+                    free[int(grp[e - num_trans])].pop()
+                    continue
+                members = _unpack(ideals[i:i + 1] & ~ideals[j:j + 1], cg.num_nodes)[0]
+                placement_of_class[members] = free[int(grp[e])].pop()
+                s, i = int(pred[e]), j
+            return placement_of_class[cg.owner]
+
+        if self.order == "given":  # state s: the first s devices
+            def counts(s: int) -> tuple[int, ...]:
+                return tuple(int(d < s) for d in range(len(groups)))
+        else:  # mixed radix, as _transitions
+            def counts(s: int) -> tuple[int, ...]:
+                out = []
+                for x in groups:
+                    s, c = divmod(s, len(x) + 1)
+                    out.append(c)
+                return tuple(out)
+        return info, dp[:, m - 1], read, counts, uniform_outputs
+
+    def candidates(self, objective: BoundObjective) -> list[tuple[tuple[int, ...], float, NDArray[np.int64]]]:
+        """``(devices used per group, least max load, cut)`` of every state with a finite value, all
+        devices first: the cuts ``minimise=iteration`` chooses among (``order=given``: a group per device)."""
+        self.check(objective)
+        _, values, read, counts, _ = self._table(objective)
+        return [(counts(s), float(values[s]), read(s)) for s in range(len(values) - 1, -1, -1)
+                if math.isfinite(values[s])]
+
+    def _solve(self, objective: BoundObjective) -> PlacerResult:
+        g = objective.graph
+        info, values, read, _, uniform = self._table(objective)
+        s = len(values) - 1
+        best = float(values[s])
         if not math.isfinite(best):
             info["feasible"] = False
             info["reason"] = "no contiguous split fits the devices' memory"
-            return PlacerResult(np.full(g.num_nodes, first[0], dtype=np.int64), info=info)
-        free = [list(x) for x in groups]  # the last stage of a group takes its last device
-        placement_of_class = np.full(cg.num_nodes, -1, dtype=np.int64)
-        num_trans = len(pred)
-        while i != 0:
-            e, j = int(back_e[s, i]), int(back_j[s, i])
-            if e >= num_trans:  # the device left empty
-                s = int(pred[e - num_trans])
-                free[int(grp[e - num_trans])].pop()
-                continue
-            members = _unpack(ideals[i:i + 1] & ~ideals[j:j + 1], cg.num_nodes)[0]
-            placement_of_class[members] = free[int(grp[e])].pop()
-            s, i = int(pred[e]), j
-        placement = placement_of_class[cg.owner]
+            first = _device_groups(objective)[0][0] if self.order == "best" else 0
+            return PlacerResult(np.full(g.num_nodes, first, dtype=np.int64), info=info)
+        placement = read(s)
+        if self.minimise == "iteration":
+            s, placement, info["iteration_s"], info["dp_candidates"] = self._least_iteration(objective, values, read)
+            if float(values[s]) != best:  # a cut of fewer devices, with a larger max load
+                best = info["dp_value_s"] = float(values[s])
+                info["optimal"] = False
+                info.pop("optimal_for", None)
         check = objective.raw_value(placement)
-        if not (math.isclose(check, best, rel_tol=1e-6, abs_tol=1e-12) or (not uniform_outputs and check < best)):
+        if not (math.isclose(check, best, rel_tol=1e-6, abs_tol=1e-12) or (not uniform and check < best)):
             raise AssertionError(f"dp_mixed: table value {best!r} differs from the objective's {check!r}")
         info["gap"] = best / info["lower_bound_s"] - 1 if info["lower_bound_s"] > 0 else 0.0
         info["parts"] = int(len(np.unique(placement)))
         return PlacerResult(placement, info=info)
+
+    def _least_iteration(self, objective: BoundObjective, values: NDArray[np.float64], read):
+        """``(state, cut, iteration_s, distinct cuts)``: the shortest iteration among the states'
+        cuts; ties keep the state with more devices (all devices first: never longer than its cut)."""
+        seen: set[bytes] = set()
+        chosen = None
+        for s in range(len(values) - 1, -1, -1):
+            if not math.isfinite(values[s]):
+                continue
+            placement = read(s)
+            if placement.tobytes() in seen:
+                continue
+            seen.add(placement.tobytes())
+            try:
+                st = stage_costs(objective, placement)
+            except PlacementError:  # not a pipeline (cannot happen for a contiguous split): skipped
+                continue
+            t = iteration_time_s(st.forward_s, st.backward_s, self.schedule, self.micro_batches)
+            if chosen is None or t < chosen[2]:
+                chosen = (s, placement, t)
+        if chosen is None:  # no candidate is a pipeline: the max-load cut, as without the choice
+            s = len(values) - 1
+            return s, read(s), math.inf, len(seen)
+        return (*chosen, len(seen))
 
 
 def _max_load_lower_bound(objective: BoundObjective) -> float:

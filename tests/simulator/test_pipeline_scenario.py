@@ -33,6 +33,7 @@ from simulator.config import instantiate_checked, validate_config
 from simulator.errors import ConfigError
 from simulator.feasibility import Feasibility
 from simulator.place.devices import ramp_block_devices
+from simulator.place.dp import MixedDPPlacer
 from simulator.place.objectives import PipelineObjective
 from simulator.place.pipeline_schedule import (
     PipelineSettings,
@@ -76,9 +77,9 @@ def _job(graph, beta: float = 1.0) -> JobSpec:
     return JobSpec(job_id=0, arrival_time_s=0.0, graph=graph, beta=beta, num_training_steps=STEPS)
 
 
-def _independent_iteration(graph, topology: RampTopology, servers, placer: str = "pipedream",
+def _independent_iteration(graph, topology: RampTopology, servers, placer="pipedream",
                            settings: PipelineSettings = DEFAULT) -> tuple[float, object]:
-    """The iteration time (seconds) of the placer's cut on ``servers``, rebuilt from the model."""
+    """The iteration time (seconds) of the placer's cut (a name or a placer) on ``servers``, rebuilt from the model."""
     m = settings.micro_batches
     g = ComputeGraph.from_training_graph(graph)
     if settings.input_loading == "prefetched":  # data loading on no stage
@@ -86,7 +87,9 @@ def _independent_iteration(graph, topology: RampTopology, servers, placer: str =
         g = replace(g, kind_time_s={g.reference_kind: g.kind_time_s[g.reference_kind] * on_gpu})
     g = micro_batch_graph(g, m)
     obj = PipelineObjective(g, ramp_block_devices(topology, servers))
-    p = instantiate_checked(method_node(placer), "method").place(obj, seed=0).placement
+    if isinstance(placer, str):
+        placer = instantiate_checked(method_node(placer), "method")
+    p = placer.place(obj, seed=0).placement
     params, acts = training_graph_bytes(graph)
     est = pipeline_estimate(obj, p, settings, parameter_bytes=params, activation_bytes=acts / m)
     return est.iteration_s, est
@@ -233,13 +236,22 @@ def test_the_mixed_dp_on_a_mixed_block(workload) -> None:
     feas = _feas(cfg, pipeline={**dict(cfg.sim.pipeline), "stage_placer": "dp_mixed"})
     pipedream = _feas(cfg)
     topo = feas.topology
-    mixed = next(b for b in feas.placer.free_blocks(4, 0) if len({topo.server_kind[s] for s in b.servers}) == 2)
+    mixed = next(b for b in feas.placer.free_blocks(8, 0) if len({topo.server_kind[s] for s in b.servers}) == 2)
+    # The scenario's dp_mixed returns the cut of the shortest iteration among its table's cuts
+    # (minimise=iteration, the scenario's schedule and M), never longer than its max-load cut's.
+    placer = feas.placer.jobs.placer
+    assert (placer.minimise, placer.schedule, placer.micro_batches) == ("iteration", "1f1b", 8)
+    shorter = 0
     for graph in workload.training_graphs:
         cut = feas.placer.jobs.cut(graph, mixed.servers)
-        t_s, _ = _independent_iteration(graph, topo, mixed.servers, placer="dp_mixed")
-        assert cut.feasible and feas.table(_job(graph), 0).jct_s(4, mixed) == STEPS * t_s
+        t_s, _ = _independent_iteration(graph, topo, mixed.servers, placer=MixedDPPlacer(minimise="iteration"))
+        assert cut.feasible and feas.table(_job(graph), 0).jct_s(8, mixed) == STEPS * t_s
+        max_load_s, est = _independent_iteration(graph, topo, mixed.servers, placer="dp_mixed")
+        assert t_s <= max_load_s
+        shorter += t_s < max_load_s
         pd_cut = pipedream.placer.jobs.cut(graph, mixed.servers).estimate
-        assert cut.estimate.max_load_s <= pd_cut.max_load_s * (1 + 1e-9)
+        assert est.max_load_s <= pd_cut.max_load_s * (1 + 1e-9)
+    assert shorter
 
 
 class _Recorder:

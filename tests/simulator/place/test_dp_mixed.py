@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from simulator.allocation.op_placer import method_node
 from simulator.build import build_topology
-from simulator.config import CONF_DIR
+from simulator.config import CONF_DIR, instantiate_checked
 from simulator.errors import ConfigError
 from simulator.place.devices import Device, DeviceSet, ramp_block_devices
 from simulator.place.dp import DPPlacer, MixedDPPlacer
 from simulator.place.objectives import PipelineObjective, bind_objective
+from simulator.place.pipeline_schedule import iteration_time_s, stage_costs
 from workloads.compute_graph import ComputeGraph
 from workloads.loaders import load_compute_graph
 
@@ -132,7 +134,62 @@ def test_mixed_devices_where_the_dp_refuses() -> None:
     assert objective.value(result.placement) < objective.value(np.zeros(objective.graph.num_nodes, np.int64))
 
 
-@pytest.mark.parametrize("kwargs", [{"order": "any"}, {"max_cells": 0}, {"max_cells": 1.5}, {"max_states": 0}])
+def _iteration(objective: PipelineObjective, placement, schedule: str, m: int = 4) -> float:
+    st = stage_costs(objective, np.asarray(placement, dtype=np.int64))
+    return iteration_time_s(st.forward_s, st.backward_s, schedule, m)
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_minimise_iteration_picks_the_shortest_iteration_among_the_tables_cuts(case: int) -> None:
+    # Brute force over every contiguous assignment: each candidate (a count of devices used per
+    # group) is the least max load over the cuts using at most that many; the chosen iteration is
+    # the least of the candidates', never longer than the max-load cut's, and no shorter than the
+    # best contiguous cut's (the choice is a heuristic over cuts: it need not reach it).
+    rng = np.random.default_rng(100 + case)
+    n, d = int(rng.integers(2, 6)), int(rng.integers(2, 5))
+    schedule = ("1f1b", "gpipe")[case % 2]
+    kinds = [int(k) for k in rng.integers(0, 2 + case % 3 // 2, d)]
+    objective = PipelineObjective(_graph(rng, n), _devices([KINDS[k] for k in kinds]))
+    placer = MixedDPPlacer(minimise="iteration", schedule=schedule, micro_batches=4)
+    result = placer.place(objective)
+    max_load = MixedDPPlacer().place(objective)
+    if max_load.info.get("feasible") is False:
+        assert result.info["feasible"] is False
+        return
+    group = {k: q for q, k in enumerate(dict.fromkeys(kinds))}  # _device_groups: by first device
+    fwd = [(int(a), int(b)) for a, b in objective.graph.edges.tolist() if a < n and b < n]
+    cuts = []  # (devices used per group, max load, iteration) of every contiguous assignment
+    for assign in itertools.product(range(d), repeat=n):
+        cross = {(assign[a], assign[b]) for a, b in fwd if assign[a] != assign[b]}
+        used = sorted(set(assign))
+        if not any(all(p.index(x) < p.index(y) for x, y in cross) for p in itertools.permutations(used)):
+            continue
+        placement = np.array(list(assign) * 2, dtype=np.int64)
+        counts = tuple(sum(group[kinds[u]] == q for u in used) for q in range(len(group)))
+        cuts.append((counts, objective.value(placement), _iteration(objective, placement, schedule)))
+    candidates = placer.candidates(objective)
+    for counts, value, _ in candidates:
+        fits = [c[1] for c in cuts if all(a <= b for a, b in zip(c[0], counts, strict=True))]
+        assert value == pytest.approx(min(fits), rel=1e-12)
+    chosen = result.info["iteration_s"]
+    assert chosen == _iteration(objective, result.placement, schedule)
+    assert chosen == min(_iteration(objective, p, schedule) for _, _, p in candidates)
+    assert chosen <= _iteration(objective, max_load.placement, schedule)
+    assert chosen >= min(c[2] for c in cuts) * (1 - 1e-12)
+    assert result.info["dp_value_s"] == pytest.approx(objective.value(result.placement), rel=1e-12)
+
+
+def test_minimise_iteration_on_one_device_and_the_shipped_defaults() -> None:
+    objective = PipelineObjective(_graph(np.random.default_rng(3), 5), _devices([("gpu", 1.0, 1e3)]))
+    it, ml = MixedDPPlacer(minimise="iteration").place(objective), MixedDPPlacer().place(objective)
+    assert np.array_equal(it.placement, ml.placement) and it.info["dp_candidates"] == 1
+    # pacml place minimises the objective (the max load); the shipped keys are the code's defaults.
+    placer = instantiate_checked(method_node("dp_mixed"), "method")
+    assert (placer.minimise, placer.schedule, placer.micro_batches) == ("max_load", "1f1b", 8)
+
+
+@pytest.mark.parametrize("kwargs", [{"order": "any"}, {"max_cells": 0}, {"max_cells": 1.5}, {"max_states": 0},
+                                    {"minimise": "time"}, {"schedule": "zb"}, {"micro_batches": 0}])
 def test_dp_mixed_rejects_bad_options(kwargs) -> None:
     with pytest.raises(ConfigError, match="method."):
         MixedDPPlacer(**kwargs)
