@@ -7,7 +7,7 @@ mixed blocks). For each (cluster, beta, load) the script prints the combination 
 blocking over the seeds (tuning seeds 0-4; seeds >= 100 are held out) with its standard error, and
 whether it lies in issue 45's band (5-40 %). ``--floors`` prints instead, per beta, the share of
 jobs that no degree meets on an empty cluster (a floor under any rule's blocking). Results:
-BENCHMARKS.md, "Pipeline scenario: calibration".
+BENCHMARKS.md §11, "Calibration" (every load: benchmarks/results/pipeline/calibration.md).
 
     nice -n 10 .venv/bin/python benchmarks/pipeline/calibrate.py --loads 1,1.5,2,3 --json OUT.json
 """
