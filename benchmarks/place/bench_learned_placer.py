@@ -6,7 +6,8 @@ priced by the same bound objective. Graphs come from ``workloads.placement_corpu
 from pre-training), or a comma list of names.
 
 Each part (``zeroshot``, ``finetune``, ``pipeline``, ``ablation``) writes ``--json`` and prints its
-summary; the command of each table: BENCHMARKS.md section 8.
+summary; the command of each table: BENCHMARKS.md section 8 and, for the detailed ones,
+benchmarks/results/place/learned_placer.md.
 """
 
 from __future__ import annotations
