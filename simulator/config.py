@@ -163,6 +163,7 @@ PLACE_KEYS: dict[str, Rule] = {
     "seed": Rule(int, low=0, high=MAX_SEED, required=True),
     "graph": Rule(str, non_empty=True, required=True),
     "objective": Rule(typing.Literal["step", "latency", "pipeline"], required=True),
+    "input_loading": Rule(typing.Literal["profiled", "prefetched"]),
     "gantt": Rule(bool),
     "out_dir": Rule(str | None, non_empty=True),
     "skip_finished": Rule(bool),

@@ -17,7 +17,6 @@ Formulas and keys: docs/pipeline.md ("scenario=pipeline").
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -39,9 +38,11 @@ from simulator.place.pipeline_schedule import (
     PipelineEstimate,
     PipelineSettings,
     in_flight,
+    input_nodes,
     micro_batch_graph,
     pipeline_estimate,
     training_graph_bytes,
+    with_input_loading,
 )
 from simulator.place.placer import SingleDevicePlacer
 from simulator.step_model import CachedStepModel, StepResult
@@ -98,11 +99,10 @@ class PipelineCut:
 
 
 def input_ops(graph: TrainingGraph) -> NDArray[np.int64]:
-    """The forward ops that load data: PipeDream's ``Input``, ``Input0``, ... (no predecessor)."""
-    f = graph.forward
-    fed = set(f.edges[:, 1].tolist())
-    return np.array([i for i, label in enumerate(f.labels) if i not in fed and re.fullmatch(r"Input\d*", label)],
-                    dtype=np.int64)
+    """The forward ops that load data: PipeDream's ``Input``, ``Input0``, ... (no predecessor;
+    :func:`input_nodes`' forward half)."""
+    nodes = input_nodes(ComputeGraph.from_training_graph(graph))
+    return nodes[: len(nodes) // 2]
 
 
 def job_compute_graph(graph: TrainingGraph, settings: PipelineSettings, degree: int) -> ComputeGraph:
@@ -118,12 +118,7 @@ def job_compute_graph(graph: TrainingGraph, settings: PipelineSettings, degree: 
     server's memory is refused that would have fitted."""
     m = settings.micro_batches
     g = ComputeGraph.from_training_graph(graph)
-    if settings.input_loading == "prefetched":  # loaded on the host, overlapped: on no stage
-        t = g.kind_time_s[g.reference_kind].copy()
-        ops = input_ops(graph)
-        t[np.concatenate([ops, ops + graph.forward.num_ops])] = 0.0  # forward nodes and their mirrors
-        g = replace(g, kind_time_s={g.reference_kind: t})
-    g = micro_batch_graph(g, m)
+    g = micro_batch_graph(with_input_loading(g, settings.input_loading), m)  # the rule pacml place shares
     n = int(in_flight(settings.schedule, degree, m)[0]) if degree else m
     params, acts = training_graph_bytes(graph)
     return replace(g, memory_bytes=settings.state_factor * params + n * acts / m)

@@ -33,6 +33,7 @@ from simulator.errors import ConfigError
 from simulator.place.devices import DeviceSet, device_set_from_config, ramp_block_devices
 from simulator.place.large import big_graph, is_big_graph_name
 from simulator.place.objectives import BoundObjective, Evaluation, PlacementError, bind_objective
+from simulator.place.pipeline_schedule import with_input_loading
 from simulator.place.placer import PlacerResult, SingleDevicePlacer
 from workloads.compute_graph import ComputeGraph
 from workloads.errors import WorkloadError
@@ -215,7 +216,8 @@ class Prepared:
 def prepare(cfg: DictConfig) -> Prepared:
     """Load the graph, build the devices, bind the objective and build the method, then run the
     method's ``check(objective)`` hook if it has one (``method=file``), before any work."""
-    graph = load_graph(str(cfg.graph))
+    # The data-loading rule scenario=pipeline uses (one implementation); profiled: the graph as loaded.
+    graph = with_input_loading(load_graph(str(cfg.graph)), str(cfg.get("input_loading", "profiled")))
     devices = build_devices(cfg.get("devices"), graph)
     try:
         objective = bind_objective(str(cfg.objective), graph, devices)

@@ -31,8 +31,9 @@ micro-batches in flight (GPipe ``M``; 1F1B ``min(k-i, M)``, 0-based ``i``: Megat
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,39 @@ class PipelineSettings:
         if unknown:
             raise ConfigError(f"unknown key (expected {', '.join(names)})", field=f"pipeline.{unknown[0]}")
         return cls(**cfg)
+
+
+def input_nodes(graph: ComputeGraph) -> NDArray[np.int64]:
+    """The nodes of ``graph`` that load data: PipeDream's ``Input``, ``Input0``, ... forward ops
+    (no forward predecessor) and their backward mirrors, for a graph built from a training graph
+    (:meth:`ComputeGraph.from_training_graph`: its ``meta`` holds the forward labels); none for
+    a graph without them (e.g. a dnn-partitioning file)."""
+    n, labels = graph.meta.get("forward_ops"), graph.meta.get("labels")
+    if n is None or labels is None:
+        return np.zeros(0, dtype=np.int64)
+    e = graph.edges
+    fed = set(e[(e[:, 0] < n) & (e[:, 1] < n), 1].tolist())
+    ops = np.array([i for i, label in enumerate(labels) if i not in fed and re.fullmatch(r"Input\d*", str(label))],
+                   dtype=np.int64)
+    return np.concatenate([ops, ops + n])
+
+
+def with_input_loading(graph: ComputeGraph, input_loading: str) -> ComputeGraph:
+    """``graph`` with its data loading priced as ``input_loading`` says (:data:`INPUT_LOADING`):
+    ``profiled`` returns ``graph`` itself; ``prefetched`` gives :func:`input_nodes` no time on
+    any kind (loaded on the host, overlapped). The one rule of scenario=pipeline
+    (``sim.pipeline.input_loading``) and ``pacml place`` (``input_loading``)."""
+    if input_loading not in INPUT_LOADING:
+        raise ConfigError(f"must be {' or '.join(INPUT_LOADING)}, got {input_loading!r}", field="input_loading")
+    if input_loading == "profiled":
+        return graph
+    nodes = input_nodes(graph)
+    times = {}
+    for kind, t in graph.kind_time_s.items():
+        t = t.copy()
+        t[nodes] = 0.0
+        times[kind] = t
+    return replace(graph, kind_time_s=times)
 
 
 def in_flight(schedule: str, stages: int, micro_batches: int) -> NDArray[np.int64]:
