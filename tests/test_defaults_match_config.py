@@ -1,7 +1,7 @@
 """Every code default equals the shipped config's value, so a class's signature (or a settings
 dataclass) describes what ships: ``PacMLPolicy`` against ``conf/policy/pacml_adaptive.yaml``
 (``policy=pacml``), each trainer's settings dataclass against its ``conf/*.yaml`` section, and ``sim.pipeline``'s
-dataclass against ``conf/scenario/pipeline.yaml``."""
+dataclass against ``conf/scenario/pipeline.yaml``, the DP placers against ``conf/method/``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pacml.agent.ppo_config import PPOConfig
 from pacml.critic.distill import DistillConfig
 from pacml.placer.settings import NetConfig, PPOSettings
 from simulator.allocation.pipeline import PipelineJobSettings
+from simulator.place.dp import DPPlacer, MixedDPPlacer
 
 #: Keys whose YAML value is an interpolation on the run's scenario and beta: the checkpoint of the
 #: run's family (``${oc.select:scenario_family,paper}_...``), which no code default can follow.
@@ -60,6 +61,8 @@ PAIRS = [
     (NetConfig, "train_placer", "net", (), set()),
     (PPOSettings, "train_placer", "ppo", (), set()),
     (PipelineJobSettings, "sim", "sim.pipeline", ("scenario=pipeline",), set()),
+    (DPPlacer, "place", "method", ("method=dp",), set()),
+    (MixedDPPlacer, "place", "method", ("method=dp_mixed",), set()),
 ]
 
 

@@ -415,12 +415,13 @@ class DPPlacer:
         max_states: Cap on the downward-closed sets (ideals) of the contracted forward DAG.
         max_pairs: Cap on the (ideal, sub-ideal) pairs the DP visits (its running time).
         fallback: ``None`` (past a cap: error), or a placer (or the name of a simple baseline:
-            ``single``, ``round_robin``, ``random``) used instead, with a logged message.
+            ``single``, ``round_robin``, ``random``; ``pipedream``, the default as in conf/method/)
+            used instead, with a logged message.
     """
 
     name = "dp"
 
-    def __init__(self, max_states: int = 200_000, max_pairs: int = 50_000_000, fallback: Any = None) -> None:
+    def __init__(self, max_states: int = 200_000, max_pairs: int = 50_000_000, fallback: Any = "pipedream") -> None:
         for key, value in (("max_states", max_states), ("max_pairs", max_pairs)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be an integer >= 1, got {value!r}", field=f"method.{key}")
@@ -709,7 +710,7 @@ class MixedDPPlacer(DPPlacer):
 
     name = "dp_mixed"
 
-    def __init__(self, max_states: int = 200_000, max_pairs: int = 50_000_000, fallback: Any = None,
+    def __init__(self, max_states: int = 200_000, max_pairs: int = 50_000_000, fallback: Any = "pipedream",
                  order: str = "best", max_cells: int = 20_000_000, minimise: str = "max_load",
                  schedule: str = "1f1b", micro_batches: int = 8) -> None:
         super().__init__(max_states, max_pairs, fallback)

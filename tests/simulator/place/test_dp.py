@@ -67,9 +67,9 @@ def test_one_accelerator_figure_and_dp_never_worse():
 def test_dp_stops_clearly_on_inception_or_falls_back(caplog):
     objective = _bind("inceptionv3_inference")
     with pytest.raises(ConfigError, match=r"method.max_pairs.*36,596 downward-closed sets"):
-        DPPlacer(max_pairs=100_000).place(objective)
+        DPPlacer(max_pairs=100_000, fallback=None).place(objective)
     with pytest.raises(ConfigError, match=r"method.max_states.*more than 1,000 downward-closed"):
-        DPPlacer(max_states=1_000).place(objective)
+        DPPlacer(max_states=1_000, fallback=None).place(objective)
     result = DPPlacer(max_states=1_000, fallback="round_robin").place(objective)
     assert result.info["optimal"] is False and result.info["fallback"] == "round_robin"
     assert result.info["dp_states_over"] == 1_000

@@ -198,7 +198,7 @@ def test_dp_mixed_rejects_bad_options(kwargs) -> None:
 def test_dp_mixed_past_its_cap_falls_back() -> None:
     objective = PipelineObjective(_graph(np.random.default_rng(1), 5), _devices([KINDS[0], KINDS[1]]))
     with pytest.raises(ConfigError, match="method.max_cells"):
-        MixedDPPlacer(max_cells=3).place(objective)
+        MixedDPPlacer(max_cells=3, fallback=None).place(objective)
     result = MixedDPPlacer(max_cells=3, fallback="pipedream").place(objective)
     assert result.info["optimal"] is False and result.info["fallback"] == "pipedream"
     with pytest.raises(ConfigError, match="pipeline objective only"):
