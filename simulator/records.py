@@ -41,7 +41,10 @@ class JobRecord:
 
     Attributes:
         beta: JCT target fraction; ``max_jct_s = beta x sequential_jct_s``.
-        sequential_jct_s: JCT on one device without communication.
+        sequential_jct_s: JCT on one device without communication; in scenario=pipeline the
+            model's degree-1 iteration on the fastest server kind that holds it (data loading
+            left out under ``input_loading=prefetched``) times its steps, so ``speedup`` there is
+            over that server (docs/pipeline.md, "Targets").
         degree: Chosen partition degree (0 = rejected).
         num_servers: Servers of the job's placement (0 if it could not be placed; may exceed
             ``degree`` under op-level first fit, spec §15.1).

@@ -159,7 +159,7 @@ def op_graph_of(detected: DetectedGraph, *, time_unit_s: float = PIPEDREAM_TIME_
 
 def op_graph_from_compute_graph(graph: ComputeGraph) -> OpGraph:
     """Map a computation graph onto the cluster simulator's forward graph, in seconds (the rules:
-    docs/workloads.md, "A computation graph as a pacml sim workload").
+    docs/workloads.md, "Graph formats").
 
     Raises:
         WorkloadError: If that cannot be done: a forward node that cannot run on the reference
