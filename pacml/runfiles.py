@@ -55,10 +55,12 @@ def save_torch_file(path: str | Path, payload: Any) -> Path:
     return atomic_write(Path(path), lambda fh: fh.write(buf.getvalue()))
 
 
-def write_metrics_csv(path: Path, rows: Iterable[Mapping[str, Any]], *, sort_columns: bool = False) -> None:
-    """Write ``rows`` (one dict per logged step; keys may differ) as a CSV, atomically."""
+def write_metrics_csv(path: Path, rows: Iterable[Mapping[str, Any]], *, sort_columns: bool = False,
+                      columns: Iterable[str] = ()) -> None:
+    """Write ``rows`` (one dict per logged step; keys may differ) as a CSV, atomically; with no
+    rows, the header is ``columns`` (a fit stopped before its first log still names its columns)."""
     rows = list(rows)
-    keys = list(dict.fromkeys(k for r in rows for k in r))
+    keys = list(dict.fromkeys(k for r in rows for k in r)) or list(columns)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=sorted(keys) if sort_columns else keys)
     writer.writeheader()

@@ -266,7 +266,7 @@ def fit(cfg: AdaptiveTrainConfig, train: list[dict[str, Any]], val: list[dict[st
             if epoch % 50 == 0:  # the fit takes minutes: show it moving
                 log.info("fit epoch %d/%d: train regret %.4f, validation %.4f (best %.4f at epoch %d)", epoch,
                          cfg.epochs, tr, va, best[0], best[2])
-    write_metrics_csv(out_dir / "metrics.csv", rows)
+    write_metrics_csv(out_dir / "metrics.csv", rows, columns=("epoch", "loss", "train_regret", "val_regret"))
     assert best[1] is not None
     return SelectorWeights(best[1]), {"best_epoch": best[2], "val_regret": best[0],
                                       "train_regret": rows[-1]["train_regret"] if rows else math.nan}

@@ -27,6 +27,7 @@ from pacml.adaptive.train import (
     train,
 )
 from pacml.agent.env import compose_sim_config
+from pacml.runfiles import write_metrics_csv
 from simulator.build import build_simulation
 from simulator.errors import ConfigError
 from simulator.policies.heuristics import MinFeasible, ParaMax
@@ -263,3 +264,11 @@ def test_console_command_bad_input_is_one_line(tmp_path, override: str, message:
                            f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"pacml train-adaptive: error: {message}") and proc.stderr.count("\n") == 1
+
+
+def test_a_metrics_file_without_rows_still_names_its_columns(tmp_path) -> None:
+    # A fit stopped before its first logged epoch writes the header alone (as the DictWriter did).
+    write_metrics_csv(tmp_path / "m.csv", [], columns=("epoch", "loss", "train_regret", "val_regret"))
+    assert (tmp_path / "m.csv").read_text().splitlines() == ["epoch,loss,train_regret,val_regret"]
+    write_metrics_csv(tmp_path / "m.csv", [{"b": 1, "a": 2}], sort_columns=True, columns=("z",))
+    assert (tmp_path / "m.csv").read_text().splitlines() == ["a,b", "2,1"]
