@@ -1,4 +1,4 @@
-"""The BENCHMARKS.md table of ``experiment=pipeline_hetero``: blocking rate and throughput per cluster, stage placer, rule and beta.
+"""The tables of ``experiment=pipeline_hetero`` (results/sim/pipeline_hetero_tables.md; BENCHMARKS.md §11): blocking rate and throughput per cluster, stage placer, rule and beta.
 
 Each cell is the mean +- standard error over seeds; a rule's cell adds, in brackets, its paired
 difference from ``min_feasible`` on the same cluster, placer, beta and seed (mean +- standard
