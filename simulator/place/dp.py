@@ -847,27 +847,62 @@ class MixedDPPlacer(DPPlacer):
 
     def _least_iteration(self, objective: BoundObjective, values: NDArray[np.float64], read):
         """``(state, cut, iteration_s, distinct cuts)``: the shortest iteration among the states'
-        cuts; ties keep the state with more devices (all devices first: never longer than its cut)."""
-        seen: set[bytes] = set()
-        chosen = None
+        cuts; ties keep the state with more devices (all devices first: never longer than its cut).
+
+        Pruned, exactly: every distinct cut's stage costs give a lower bound of its iteration
+        (:func:`_iteration_lower_bound`, at least ``M`` x its largest stage load; from the cut, not
+        the table, whose value bounds the load from above when outputs differ in size). Cuts are
+        priced in increasing order of it; once a bound exceeds the best iteration so far (relative
+        tolerance 1e-9, far above rounding) no later cut can be the shortest or tie it. Same cut,
+        iteration and count as pricing every cut."""
+        first: dict[bytes, tuple[int, NDArray[np.int64]]] = {}  # distinct cut -> its state of most devices
         for s in range(len(values) - 1, -1, -1):
-            if not math.isfinite(values[s]):
-                continue
-            placement = read(s)
-            if placement.tobytes() in seen:
-                continue
-            seen.add(placement.tobytes())
+            if math.isfinite(values[s]):
+                placement = read(s)
+                first.setdefault(placement.tobytes(), (s, placement))
+        m = self.micro_batches
+        staged = []
+        for s, placement in first.values():
             try:
                 st = stage_costs(objective, placement)
             except PlacementError:  # not a pipeline (cannot happen for a contiguous split): skipped
                 continue
-            t = iteration_time_s(st.forward_s, st.backward_s, self.schedule, self.micro_batches)
-            if chosen is None or t < chosen[2]:
-                chosen = (s, placement, t)
+            staged.append((_iteration_lower_bound(st.forward_s, st.backward_s, self.schedule, m), -s, placement, st))
+        staged.sort(key=lambda x: (x[0], x[1]))
+        chosen = None
+        for bound, neg_s, placement, st in staged:
+            if chosen is not None and bound > chosen[2] * (1 + 1e-9):
+                break  # every later cut's bound is larger still
+            t = iteration_time_s(st.forward_s, st.backward_s, self.schedule, m)
+            if t < bound * (1 - 1e-9):  # the schedule changed under the bound: the pruning would be wrong
+                raise AssertionError(f"dp_mixed: iteration {t!r} below its lower bound {bound!r}")
+            if chosen is None or t < chosen[2] or (t == chosen[2] and -neg_s > chosen[0]):
+                chosen = (-neg_s, placement, t)
         if chosen is None:  # no candidate is a pipeline: the max-load cut, as without the choice
             s = len(values) - 1
-            return s, read(s), math.inf, len(seen)
-        return (*chosen, len(seen))
+            return s, read(s), math.inf, len(first)
+        return (*chosen, len(first))
+
+
+def _iteration_lower_bound(forward_s: NDArray[np.float64], backward_s: NDArray[np.float64], schedule: str,
+                           m: int) -> float:
+    """A lower bound of :func:`iteration_time_s` (stages in pipeline order), from stage ``j``'s
+    tasks (:func:`stage_tasks`) run one after another: its first ``w`` forwards start after the
+    first micro-batch's forwards upstream (``sum_{i<j} f_i``); its first backward waits for that
+    micro-batch's forwards through every stage and backwards downstream; then its remaining ``m``
+    backwards and ``m - w`` forwards; then the last backward passes through the stages upstream.
+    The largest over ``j``: at least ``m`` times the largest stage load."""
+    f, b = np.asarray(forward_s, float), np.asarray(backward_s, float)
+    k = len(f)
+    if not k:
+        return 0.0
+    j = np.arange(k)
+    w = np.full(k, m) if schedule == "gpipe" else np.minimum(k - j, m)  # forwards before its first backward
+    f_up = np.concatenate([[0.0], np.cumsum(f)[:-1]])
+    b_up = np.concatenate([[0.0], np.cumsum(b)[:-1]])
+    b_down = b.sum() - b_up - b
+    first_b = np.maximum(f.sum() + b_down, f_up + w * f)
+    return float((first_b + m * b + (m - w) * f + b_up).max())
 
 
 def _max_load_lower_bound(objective: BoundObjective) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from simulator.build import build_topology
 from simulator.config import CONF_DIR, instantiate_checked
 from simulator.errors import ConfigError
 from simulator.place.devices import Device, DeviceSet, ramp_block_devices
-from simulator.place.dp import DPPlacer, MixedDPPlacer
+from simulator.place.dp import DPPlacer, MixedDPPlacer, _iteration_lower_bound
 from simulator.place.objectives import PipelineObjective, bind_objective
 from simulator.place.pipeline_schedule import iteration_time_s, stage_costs
 from workloads.compute_graph import ComputeGraph
@@ -177,6 +178,50 @@ def test_minimise_iteration_picks_the_shortest_iteration_among_the_tables_cuts(c
     assert chosen <= _iteration(objective, max_load.placement, schedule)
     assert chosen >= min(c[2] for c in cuts) * (1 - 1e-12)
     assert result.info["dp_value_s"] == pytest.approx(objective.value(result.placement), rel=1e-12)
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_iteration_lower_bound_holds(case: int) -> None:
+    # The pruning's bound: never above the iteration, never below M x the largest stage load.
+    rng = np.random.default_rng(300 + case)
+    k, m = int(rng.integers(1, 12)), int(rng.integers(1, 12))
+    f, b = rng.random(k) * rng.integers(1, 4, k), rng.random(k) * 3
+    for schedule in ("1f1b", "gpipe"):
+        bound = _iteration_lower_bound(f, b, schedule, m)
+        assert m * (f + b).max() * (1 - 1e-12) <= bound <= iteration_time_s(f, b, schedule, m) * (1 + 1e-12)
+
+
+def _full_scan(placer: MixedDPPlacer, objective: PipelineObjective):
+    """minimise=iteration without pruning (as in b611135): price every distinct cut, most devices first."""
+    _, values, read, _, _ = placer._table(objective)
+    seen, chosen = set(), None
+    for s in range(len(values) - 1, -1, -1):
+        if not math.isfinite(values[s]) or read(s).tobytes() in seen:
+            continue
+        seen.add(read(s).tobytes())
+        t = _iteration(objective, read(s), placer.schedule, placer.micro_batches)
+        if chosen is None or t < chosen[1]:
+            chosen = (read(s), t)
+    return chosen, len(seen)
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_pruned_least_iteration_equals_the_full_scan(case: int) -> None:
+    # Bigger device sets than the brute force above (more candidates to prune), with and without
+    # one output size per node (odd cases: the table's value bounds the load from above).
+    rng = np.random.default_rng(200 + case)
+    graph = _graph(rng, int(rng.integers(3, 8)))
+    if case % 2:
+        graph = replace(graph, edge_bytes=rng.integers(0, 5, graph.num_edges) * 1e3)
+    objective = PipelineObjective(graph, _devices([KINDS[int(x)] for x in rng.integers(0, 3, int(rng.integers(2, 8)))]))
+    placer = MixedDPPlacer(minimise="iteration", schedule=("1f1b", "gpipe")[case // 2 % 2],
+                           micro_batches=int(rng.integers(1, 9)))
+    result = placer.place(objective)
+    full = _full_scan(placer, objective)
+    if full[0] is None:
+        return
+    assert np.array_equal(result.placement, full[0][0])
+    assert (result.info["iteration_s"], result.info["dp_candidates"]) == (full[0][1], full[1])
 
 
 def test_minimise_iteration_on_one_device_and_the_shipped_defaults() -> None:
