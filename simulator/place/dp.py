@@ -785,6 +785,7 @@ class MixedDPPlacer(DPPlacer):
                                    + ("every order of the device kinds" if self.order == "best"
                                       else "the devices' order"))
         num_trans = len(pred)
+        stage_nodes: dict[tuple[int, int], NDArray[np.bool_]] = {}  # (ideal, sub-ideal) -> its classes
 
         def read(s: int) -> NDArray[np.int64]:
             free = [list(x) for x in groups]  # the last stage of a group takes its last device
@@ -796,7 +797,9 @@ class MixedDPPlacer(DPPlacer):
                     s = int(pred[e - num_trans])
                     free[int(grp[e - num_trans])].pop()
                     continue
-                members = _unpack(ideals[i:i + 1] & ~ideals[j:j + 1], cg.num_nodes)[0]
+                members = stage_nodes.get((i, j))
+                if members is None:  # minimise=iteration reads every state: stages recur across them
+                    members = stage_nodes[(i, j)] = _unpack(ideals[i:i + 1] & ~ideals[j:j + 1], cg.num_nodes)[0]
                 placement_of_class[members] = free[int(grp[e])].pop()
                 s, i = int(pred[e]), j
             return placement_of_class[cg.owner]
