@@ -29,9 +29,10 @@ POLICY_ORDER = ("para_max", "para_min", "random", "min_feasible", "min_feasible_
 """Known policies in plotting order; each keeps its colour and marker in every figure."""
 
 POLICY_LABELS = {**PAPER_POLICY_LABELS, "min_feasible": "Min_feasible", "min_feasible_4": "Min_feasible (>=4)",
-                 "sequential": "Sequential", "fixed": "Fixed", "pacml_beta": "PAC-ML (per β)",
-                 "foresight": "foresight (oracle)"}
-"""Our policy name -> legend label (the paper's where it has one; foresight sees the run's future)."""
+                 "sequential": "Sequential", "fixed": "Fixed", "pacml": "PAC-ML",
+                 "pacml_beta": "PAC-ML (per β)", "foresight": "foresight (oracle)"}
+"""Our policy name -> legend label (the paper's where it has one; pacml, the adaptive agent, is
+ours, and the paper's PAC-ML is pacml_beta; foresight sees the run's future)."""
 
 BLOCKING_LABEL = "Blocking rate (fraction of arrived jobs)"
 

@@ -170,7 +170,9 @@ def paper_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     """Our blocking rate and throughput beside the paper's, per beta and policy.
 
     Only runs in the paper's setup (:func:`paper_runs`) count; every beta they cover gets a row
-    for each policy that either we ran or the paper reports (ours NaN if not run, e.g. PAC-ML).
+    for each policy that either we ran or the paper reports (ours NaN, ``n`` 0, if not run). The
+    paper's PAC-ML numbers sit beside ``pacml_beta`` (its per-beta agents); ``pacml``, our adaptive
+    agent, is not the paper's method and gets none.
 
     Returns:
         Columns ``beta``, ``policy``, ``n``, ``blocking_mean``, ``blocking_ci_low``,
@@ -360,9 +362,10 @@ def _markdown(sweep: Path, runs: pd.DataFrame, num_skipped: int, groups: list[st
                   f"{PAPER_MEAN_INTERARRIVAL_S:g}, horizon {PAPER_HORIZON_S:g} profile time units).", ""]
     else:
         lines += ["Paper: spec §14.2 (blocking, mean of 3 seeds) and §14.3 (throughput, in bytes per "
-                  "profile time unit, which the paper calls seconds); PAC-ML is the final checkpoint. "
+                  "profile time unit, which the paper calls seconds); its PAC-ML (one GNN + PPO agent "
+                  "per β, final checkpoint) is set beside ours, PAC-ML (per β) (`policy=pacml_beta`). "
                   f"Ours: mean over n seeds ± the {interval_note()}.", "",
-                  _comparison_table(comparison), ""]
+                  _comparison_table(comparison), "", *_comparison_notes(comparison)]
     lines += ["## Figures", "",
               "Each figure's data (one row per plotted point: the values that define its group, the mean, "
               "the interval, n) is beside it as CSV.", ""]
@@ -416,14 +419,38 @@ def _comparison_table(comparison: pd.DataFrame) -> str:
     header = ["β", "Policy", *extra, "n", "Blocking (ours)", "Blocking (paper)",
               "Throughput 1e7 B per profile time unit (ours)", "Throughput 1e7 B per profile time unit (paper)"]
     unit = THROUGHPUT_UNIT_BPS
-    rows = [[r["beta"], policy_label(r["policy"]), *(format_value(r[c]) for c in extra), str(r["n"]),
-             _interval_text(r["blocking_mean"], r["blocking_ci_low"], r["blocking_ci_high"], "{:.3f}"),
+    rows = [[r["beta"], _COMPARISON_LABELS.get(r["policy"], policy_label(r["policy"])),
+             *(format_value(r[c]) for c in extra), str(r["n"]),
+             # A policy the paper reports but this sweep did not run says so, not just a dash.
+             _interval_text(r["blocking_mean"], r["blocking_ci_low"], r["blocking_ci_high"], "{:.3f}")
+             if r["n"] else "not run",
              _num(r["paper_blocking"], "{:.4f}"),
              _interval_text(r["throughput_Bps_mean"] / unit, r["throughput_Bps_ci_low"] / unit,
-                            r["throughput_Bps_ci_high"] / unit, "{:.2f}"),
+                            r["throughput_Bps_ci_high"] / unit, "{:.2f}") if r["n"] else "not run",
              _num(r["paper_throughput_Bps"] / unit, "{:.3f}")]
             for r in comparison.to_dict("records")]
     return _md_table(header, rows)
+
+
+_COMPARISON_LABELS = {"pacml": "PAC-ML adaptive (ours, not the paper's method)"}
+"""Comparison-table labels that differ from the legend's: the adaptive agent (``policy=pacml``)
+has no paper number, and its row must not read as the paper's PAC-ML."""
+
+
+def _comparison_notes(comparison: pd.DataFrame) -> list[str]:
+    """Lines under the comparison table: which PAC-ML the paper's numbers belong to, and that
+    the paper's agent was not run when no ``pacml_beta`` run is in the table."""
+    policies = set(comparison["policy"])
+    ran = set(comparison.loc[comparison["n"] > 0, "policy"])
+    notes = []
+    if "pacml" in policies:
+        notes.append("PAC-ML adaptive (`policy=pacml`) is this project's adaptive agent (one agent for "
+                     "every β, with block placement), not the paper's method: it has no paper number. "
+                     "The paper's PAC-ML is PAC-ML (per β) (`policy=pacml_beta`).")
+    if "pacml_beta" not in ran:
+        notes.append("The paper's agent, PAC-ML (per β) (`policy=pacml_beta`), was not run in this "
+                     "sweep: its rows give the paper's numbers only, beside no result of ours.")
+    return [line for note in notes for line in (note, "")]
 
 
 _COMPARISON_COLUMNS = ("beta", "policy", "n", "blocking_mean", "blocking_ci_low", "blocking_ci_high",

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from analysis.plots import POLICY_ORDER, plot_blocking_vs_load, policy_styles
-from analysis.report import build_report, graph_names
+from analysis.report import build_report, graph_names, paper_comparison
 from analysis.runs import group_columns, load_sweep
 from simulator.run import COMMAND, policy_name, run_config
 from tests.conftest import CONF_DIR
@@ -239,3 +239,44 @@ def test_a_load_that_follows_the_cluster_is_no_load_axis(cluster_sweep: Path, tm
     assert set(zip(bars["cluster"], bars["mean_interarrival_s"], strict=True)) == {("ramp32", 500.0), ("ramp64", 1000.0)}
     assert not (figures / "blocking_vs_load.csv").exists()
     assert set(pd.read_csv(figures / "jct_cdf.csv")["cluster"]) == {"ramp32", "ramp64"}
+
+
+def _paper_setup_runs(root: Path, runs: dict[str, float]) -> None:
+    """One summary.json per (policy -> blocking rate), beta A seed 0, in the paper's setup."""
+    for policy, blocking in runs.items():
+        run = root / policy
+        run.mkdir()
+        summary = {"blocking_rate": blocking, "demand_throughput_Bps": 2.5e7, "num_jobs_arrived": 0,
+                   "config": {"scenario": "paper", "cluster": "ramp32", "workload": "paper",
+                              "arrivals": "fixed", "policy": policy, "beta": "A", "seed": 0,
+                              "mean_interarrival_s": 1000.0, "horizon_s": 1e6}}
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "jobs.csv").write_text("job_id,model,arrival_time_s,beta,degree,num_servers,servers,outcome,"
+                                      "block_reason,jct_s,start_time_s\n")
+
+
+def test_the_papers_pacml_numbers_sit_beside_the_per_beta_agents_not_the_adaptive_one(tmp_path: Path) -> None:
+    """The paper's PAC-ML (one GNN + PPO agent per beta) is policy=pacml_beta; policy=pacml, our
+    adaptive agent with block placement, is not the paper's method and gets no paper number."""
+    _paper_setup_runs(tmp_path, {"para_max": 0.26, "pacml": 0.186, "pacml_beta": 0.23})
+    rows = paper_comparison(load_sweep(tmp_path)).set_index("policy")
+    assert rows.loc["pacml_beta", "paper_blocking"] == 0.2209
+    assert rows.loc["pacml_beta", "paper_throughput_Bps"] == 2.470e7
+    assert pd.isna(rows.loc["pacml", "paper_blocking"]) and pd.isna(rows.loc["pacml", "paper_throughput_Bps"])
+    assert rows.loc["pacml", "n"] == 1  # still listed: ours, beside no paper number
+    text = build_report(tmp_path, tmp_path / "report").read_text()
+    table = text.split("## Ours vs the paper")[1].split("## Figures")[0]
+    lines = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| A |")}
+    assert lines["PAC-ML (per β)"].split(" | ")[3:5] == ["0.230", "0.2209"]
+    assert lines["PAC-ML adaptive (ours, not the paper's method)"].split(" | ")[3:5] == ["0.186", "–"]
+    assert "was not run" not in table
+
+
+def test_the_comparison_says_when_the_papers_agent_was_not_run(tmp_path: Path) -> None:
+    """A sweep without pacml_beta compares the paper's PAC-ML with nothing, and says so."""
+    _paper_setup_runs(tmp_path, {"para_max": 0.26, "pacml": 0.186})
+    text = build_report(tmp_path, tmp_path / "report").read_text()
+    table = text.split("## Ours vs the paper")[1].split("## Figures")[0]
+    (row,) = [line for line in table.splitlines() if line.startswith("| A | PAC-ML (per β) |")]
+    assert row.split(" | ")[2:5] == ["0", "not run", "0.2209"]
+    assert "The paper's agent, PAC-ML (per β) (`policy=pacml_beta`), was not run in this sweep" in table
