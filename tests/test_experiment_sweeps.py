@@ -121,7 +121,7 @@ def test_report_of_several_loads_in_the_papers_setup(tmp_path: Path) -> None:
     assert "| Para_max | C | 1000 | 2 | 0.205 |" in text
     # Only the paper's load (1000) is compared with the paper: (0.2, 0.21) -> mean 0.205.
     assert text.count("| C | Para_max | 2 | 0.205 | 0.2674 |") == 1
-    assert "| C | PAC-ML | 0 | – | 0.1247 |" in text
+    assert "| C | PAC-ML (per β) | 0 | not run | 0.1247 |" in text
     assert (tmp_path / "report" / "tables" / "paper_comparison.csv").is_file()
 
 
