@@ -344,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown part(s) {unknown}; choose from {PARTS}")
     work = args.work or Path(tempfile.mkdtemp(prefix="pacml_regression_"))
     work = work.resolve()
+    # The commands resume: runs already in --work would be skipped and their old outputs
+    # fingerprinted as if the code under test had made them.
+    if not REUSE and work.exists() and any(work.iterdir()):
+        parser.error(f"--work {work} is not empty: its runs would be resumed, not rerun "
+                     "(remove it, or pass --reuse to fingerprint them on purpose)")
     work.mkdir(parents=True, exist_ok=True)
     WORK_DIR = str(work)
     if args.mode == "record":
